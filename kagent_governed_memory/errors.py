@@ -1,0 +1,201 @@
+"""Reason codes and the error hierarchy: the one place a database error becomes ours.
+
+Every error carries a stable ``ReasonCode`` and, at most, bounded opaque ids.  Its ``str()``,
+``repr()`` and ``args`` never contain memory content, identities or database text: PostgreSQL's
+``DETAIL`` ("Failing row contains (...)") and trigger messages echo row values, so database
+errors are mapped by SQLSTATE alone and re-raised with the original chain cut.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from enum import StrEnum
+
+__all__ = [
+    "AdmissionDenied",
+    "ConsentConflict",
+    "ConsentRequired",
+    "EntryCapReached",
+    "ErasureFailed",
+    "FactTooLarge",
+    "GovernanceError",
+    "InvalidIdentity",
+    "InvalidInput",
+    "ReasonCode",
+    "ScopeDenied",
+    "StaleGeneration",
+    "StoreUnavailable",
+    "from_database_error",
+]
+
+
+class ReasonCode(StrEnum):
+    """Stable, content-free reason codes (safe for logs, metrics, audit rows and users)."""
+
+    # identity and scope
+    INVALID_IDENTITY = "invalid_identity"
+    FEDERATION_DENIED = "federation_denied"
+    REMOTE_SERVER_DENIED = "remote_server_denied"
+    SCOPE_KIND_RESERVED = "scope_kind_reserved"
+    SCOPE_MISMATCH = "scope_mismatch"
+    # consent and fence
+    CONSENT_REQUIRED = "consent_required"
+    CONSENT_CONFLICT = "consent_conflict"
+    STALE_GENERATION = "stale_generation"
+    ERASURE_PENDING = "erasure_pending"
+    # caps and input
+    ENTRY_CAP_REACHED = "entry_cap_reached"
+    FACT_TOO_LARGE = "fact_too_large"
+    TTL_EXCEEDS_POLICY = "ttl_exceeds_policy"
+    IMMUTABLE_ENTRY = "immutable_entry"
+    INVALID_TEXT = "invalid_text"
+    INVALID_EMBEDDING = "invalid_embedding"
+    INVALID_PAGE_SIZE = "invalid_page_size"
+    INVALID_CURSOR = "invalid_cursor"
+    INVALID_LIMIT = "invalid_limit"
+    INVALID_POLICY = "invalid_policy"
+    INVALID_ARGUMENT = "invalid_argument"
+    # admission
+    ADMISSION_DENIED = "admission_denied"
+    # erasure
+    ERASURE_FAILED = "erasure_failed"
+    VERIFICATION_FAILED = "verification_failed"
+    # infrastructure
+    STORE_UNAVAILABLE = "store_unavailable"
+    DATABASE_ERROR = "database_error"
+    SCHEMA_OUTDATED = "schema_outdated"
+
+
+_ID_VALUE = re.compile(r"^[A-Za-z0-9_.:-]{1,80}$")
+_DEFAULT_HINT: dict[ReasonCode, str] = {
+    ReasonCode.CONSENT_REQUIRED: "no enabled, unexpired consent for this scope; grant() it first",
+    ReasonCode.STALE_GENERATION: "the consent generation changed; capture generation() again",
+    ReasonCode.ENTRY_CAP_REACHED: "the scope holds its maximum number of live entries; nothing stored",
+    ReasonCode.FACT_TOO_LARGE: "a fact exceeds the policy's byte cap; nothing stored",
+    ReasonCode.ERASURE_PENDING: "an erasure has not been verified; withdraw() again before granting",
+    ReasonCode.CONSENT_CONFLICT: "consent exists with another purpose or policy; withdraw() first",
+    ReasonCode.STORE_UNAVAILABLE: "the database could not be reached; retry later",
+    ReasonCode.SCHEMA_OUTDATED: "the governed schema is missing or old; run migrate()",
+}
+
+
+class GovernanceError(Exception):
+    """Base of every error the library raises; content-free by construction.
+
+    ``ids`` may only hold bounded opaque identifiers (scope ids, SQLSTATEs, operation names);
+    anything else is dropped rather than risk echoing content.
+    """
+
+    default_reason: ReasonCode = ReasonCode.DATABASE_ERROR
+
+    def __init__(self, reason: ReasonCode | None = None, **ids: str | int) -> None:
+        self.reason: ReasonCode = ReasonCode(reason or self.default_reason)
+        self.ids: Mapping[str, str] = {
+            k: str(v) for k, v in ids.items() if _ID_VALUE.match(str(v)) and _ID_VALUE.match(k)
+        }
+        super().__init__(self._render())
+
+    def _render(self) -> str:
+        text = self.reason.value
+        hint = _DEFAULT_HINT.get(self.reason)
+        if hint:
+            text += f": {hint}"
+        if self.ids:
+            text += " (" + ", ".join(f"{k}={v}" for k, v in sorted(self.ids.items())) + ")"
+        return text
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self._render()!r})"
+
+    def __reduce__(self):  # keep pickling content-free and lossless
+        return (_rebuild, (type(self), self.reason.value, dict(self.ids)))
+
+
+def _rebuild(cls: type[GovernanceError], reason: str, ids: dict[str, str]) -> GovernanceError:
+    return cls(ReasonCode(reason), **ids)
+
+
+class InvalidInput(GovernanceError):
+    default_reason = ReasonCode.INVALID_ARGUMENT
+
+
+class InvalidIdentity(InvalidInput):
+    default_reason = ReasonCode.INVALID_IDENTITY
+
+
+class ScopeDenied(GovernanceError):
+    default_reason = ReasonCode.SCOPE_MISMATCH
+
+
+class ConsentRequired(GovernanceError):
+    default_reason = ReasonCode.CONSENT_REQUIRED
+
+
+class ConsentConflict(ConsentRequired):
+    default_reason = ReasonCode.CONSENT_CONFLICT
+
+
+class StaleGeneration(ConsentRequired):
+    default_reason = ReasonCode.STALE_GENERATION
+
+
+class EntryCapReached(GovernanceError):
+    default_reason = ReasonCode.ENTRY_CAP_REACHED
+
+
+class FactTooLarge(GovernanceError):
+    default_reason = ReasonCode.FACT_TOO_LARGE
+
+
+class AdmissionDenied(GovernanceError):
+    default_reason = ReasonCode.ADMISSION_DENIED
+
+
+class ErasureFailed(GovernanceError):
+    default_reason = ReasonCode.ERASURE_FAILED
+
+
+class StoreUnavailable(GovernanceError):
+    default_reason = ReasonCode.STORE_UNAVAILABLE
+
+
+# SQLSTATEs raised by the governed schema (class "KG"; see sql/migrations) and the standard
+# ones worth a specific answer.  Everything else becomes DATABASE_ERROR with its SQLSTATE only.
+_SQLSTATE: dict[str, tuple[type[GovernanceError], ReasonCode]] = {
+    "KGC01": (ConsentRequired, ReasonCode.CONSENT_REQUIRED),
+    "KGC02": (ConsentConflict, ReasonCode.CONSENT_CONFLICT),
+    "KGC03": (ConsentRequired, ReasonCode.ERASURE_PENDING),
+    "KGS01": (StaleGeneration, ReasonCode.STALE_GENERATION),
+    "KGE01": (EntryCapReached, ReasonCode.ENTRY_CAP_REACHED),
+    "KGF01": (FactTooLarge, ReasonCode.FACT_TOO_LARGE),
+    "KGT01": (InvalidInput, ReasonCode.TTL_EXCEEDS_POLICY),
+    "KGI01": (InvalidInput, ReasonCode.IMMUTABLE_ENTRY),
+    "KGD01": (ScopeDenied, ReasonCode.SCOPE_KIND_RESERVED),
+    "KGV01": (ErasureFailed, ReasonCode.VERIFICATION_FAILED),
+    "22021": (InvalidInput, ReasonCode.INVALID_TEXT),  # character_not_in_repertoire
+    "22P05": (InvalidInput, ReasonCode.INVALID_TEXT),  # untranslatable_character
+    "22000": (InvalidInput, ReasonCode.INVALID_EMBEDDING),  # pgvector: dimensions / NaN
+    "23514": (InvalidInput, ReasonCode.INVALID_ARGUMENT),  # check_violation
+    "42P01": (StoreUnavailable, ReasonCode.SCHEMA_OUTDATED),  # undefined_table
+    "42883": (StoreUnavailable, ReasonCode.SCHEMA_OUTDATED),  # undefined_function
+}
+_CONNECTION_CLASSES = ("08", "53", "57", "58")
+
+
+def from_database_error(exc: BaseException, operation: str) -> GovernanceError:
+    """Translate any psycopg / pool error into a content-free ``GovernanceError``.
+
+    Only the SQLSTATE is read; message, ``DETAIL``, ``HINT`` and the diagnostic fields that echo
+    row values are never touched.  Callers ``raise from_database_error(e, op) from None``.
+    """
+    sqlstate = getattr(exc, "sqlstate", None) or ""
+    if not isinstance(sqlstate, str) or not re.fullmatch(r"[0-9A-Z]{5}", sqlstate):
+        sqlstate = ""
+    if sqlstate in _SQLSTATE:
+        cls, reason = _SQLSTATE[sqlstate]
+        return cls(reason, operation=operation)
+    if not sqlstate or sqlstate[:2] in _CONNECTION_CLASSES:
+        return StoreUnavailable(ReasonCode.STORE_UNAVAILABLE, operation=operation,
+                                **({"sqlstate": sqlstate} if sqlstate else {}))
+    return GovernanceError(ReasonCode.DATABASE_ERROR, operation=operation, sqlstate=sqlstate)

@@ -1,0 +1,106 @@
+"""Frozen result models.  Only ``MemoryRecord`` carries content, and its repr hides it."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .errors import ReasonCode
+from .identity import ScopeKey
+
+__all__ = [
+    "ConsentReceipt",
+    "ErasureReceipt",
+    "ForgetReceipt",
+    "InspectPage",
+    "MemoryRecord",
+    "OffboardReport",
+    "ScopeOutcome",
+    "ScopeStatus",
+]
+
+_FROZEN = ConfigDict(frozen=True, extra="forbid")
+
+
+class MemoryRecord(BaseModel):
+    """One stored fact as its subject (or the consented agent) may read it."""
+
+    model_config = _FROZEN
+
+    id: str
+    text: str = Field(repr=False)
+    scope: ScopeKey
+    created_at: datetime
+    expires_at: datetime
+    distance: float | None = None
+
+
+class InspectPage(BaseModel):
+    model_config = _FROZEN
+
+    entries: tuple[MemoryRecord, ...]
+    next_cursor: str | None = None
+
+
+class ConsentReceipt(BaseModel):
+    model_config = _FROZEN
+
+    scope_id: str
+    generation: int
+    purpose: str
+    policy_version: str
+    granted_at: datetime
+    expires_at: datetime
+
+
+class ScopeStatus(BaseModel):
+    """Content-free (U1): safe to show an operator."""
+
+    model_config = _FROZEN
+
+    scope_id: str
+    enabled: bool
+    purpose: str | None = None
+    policy_version: str | None = None
+    generation: int = 0
+    consent_expires_at: datetime | None = None
+    max_ttl: timedelta | None = None
+    entry_cap: int | None = None
+    entry_count: int = 0
+    last_verified_erasure_at: datetime | None = None
+    failure_reason: ReasonCode | None = None
+
+
+class ForgetReceipt(BaseModel):
+    model_config = _FROZEN
+
+    scope_id: str
+    generation: int | None
+    deleted: int
+    verified: bool
+    at: datetime
+
+
+class ErasureReceipt(ForgetReceipt):
+    pass
+
+
+class ScopeOutcome(BaseModel):
+    model_config = _FROZEN
+
+    scope_id: str
+    outcome: ReasonCode | Literal["cleared"]
+    deleted: int = 0
+
+
+class OffboardReport(BaseModel):
+    model_config = _FROZEN
+
+    principal_id: str
+    scopes: tuple[ScopeOutcome, ...]
+
+    @property
+    def ok(self) -> bool:
+        return all(s.outcome == "cleared" for s in self.scopes)

@@ -1,0 +1,432 @@
+-- Governed memory operations as functions: one statement = one transaction = one round trip,
+-- the same rules for every client (this library, the Go controller), and the fence checked in
+-- the same transaction as the read or write (C3).  Every function takes the typed scope key
+-- (S4) as six columns; none trusts a caller-supplied scope id.
+--
+-- Clock: every check uses now(), the start of the calling transaction.  Each function is called
+-- as its own single-statement transaction, so that is the start of the operation.
+
+-- The scope row for a typed key (NULL row when absent).
+CREATE OR REPLACE FUNCTION memory_scope_row(
+    p_mxid TEXT, p_origin TEXT, p_namespace TEXT, p_agent TEXT, p_kind TEXT, p_room TEXT)
+RETURNS memory_scope
+LANGUAGE sql STABLE AS $$
+    SELECT *
+      FROM memory_scope
+     WHERE principal_mxid = p_mxid AND principal_origin = p_origin
+       AND agent_namespace = p_namespace AND agent_name = p_agent
+       AND scope_kind = p_kind AND room_id = p_room
+$$;
+
+-- The one read path (B2, B5): search, inspect, status counts and erasure verification all read
+-- through it, so "verified unreadable" means unreadable by search.
+CREATE OR REPLACE FUNCTION memory_readable(p_scope UUID)
+RETURNS SETOF memory_entry
+LANGUAGE sql STABLE AS $$
+    SELECT * FROM memory_entry WHERE scope_id = p_scope AND expires_at > now()
+$$;
+
+-- Binds the transaction to one scope for row-level security (B7).
+CREATE OR REPLACE FUNCTION memory_bind_scope(p_scope UUID) RETURNS void
+LANGUAGE sql VOLATILE AS $$
+    SELECT set_config('kagent.memory_scope', coalesce(p_scope::text, ''), true)
+$$;
+
+-- Raises unless the scope is enabled, its consent unexpired and p_generation current (C2, C3).
+CREATE OR REPLACE FUNCTION memory_fence_check(s memory_scope, p_generation BIGINT) RETURNS void
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    IF s.id IS NULL THEN
+        RAISE EXCEPTION 'consent_required' USING ERRCODE = 'KGC01';
+    END IF;
+    IF p_generation IS DISTINCT FROM s.generation THEN
+        RAISE EXCEPTION 'stale_generation' USING ERRCODE = 'KGS01';
+    END IF;
+    IF NOT s.enabled OR s.consent_expires_at IS NULL OR s.consent_expires_at <= now() THEN
+        RAISE EXCEPTION 'consent_required' USING ERRCODE = 'KGC01';
+    END IF;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION memory_audit_write(
+    p_scope UUID, p_operation TEXT, p_outcome TEXT, p_generation BIGINT, p_count BIGINT)
+RETURNS void
+LANGUAGE sql VOLATILE AS $$
+    INSERT INTO memory_audit (scope_id, operation, outcome, generation, count)
+    VALUES (p_scope, p_operation, p_outcome, p_generation, p_count)
+$$;
+
+-- C1: explicit, purpose-specific, versioned consent.  Same purpose + version on a valid consent
+-- renews it (same generation); anything else needs a withdrawal first.  Enabling always
+-- advances the generation, so work admitted under an earlier consent can never resume.
+CREATE OR REPLACE FUNCTION memory_grant(
+    p_mxid TEXT, p_origin TEXT, p_namespace TEXT, p_agent TEXT, p_kind TEXT, p_room TEXT,
+    p_purpose TEXT, p_policy_version TEXT, p_max_ttl INTERVAL, p_entry_cap INTEGER,
+    p_fact_max_bytes INTEGER, p_consent_max_age INTERVAL)
+RETURNS TABLE (scope_id UUID, generation BIGINT, granted_at TIMESTAMPTZ, expires_at TIMESTAMPTZ)
+LANGUAGE plpgsql VOLATILE AS $$
+#variable_conflict use_column
+DECLARE
+    s memory_scope%ROWTYPE;
+BEGIN
+    IF p_kind IS DISTINCT FROM 'control_room' OR p_origin IS DISTINCT FROM 'native_local' THEN
+        RAISE EXCEPTION 'scope_denied' USING ERRCODE = 'KGD01';
+    END IF;
+    IF p_consent_max_age IS NULL OR p_consent_max_age <= INTERVAL '0' THEN
+        RAISE EXCEPTION 'invalid_argument' USING ERRCODE = '22023';
+    END IF;
+    INSERT INTO memory_scope (principal_mxid, principal_origin, agent_namespace, agent_name,
+                              scope_kind, room_id, max_ttl, entry_cap, fact_max_bytes)
+    VALUES (p_mxid, p_origin, p_namespace, p_agent, p_kind, p_room,
+            p_max_ttl, p_entry_cap, p_fact_max_bytes)
+    ON CONFLICT ON CONSTRAINT memory_scope_key DO NOTHING;
+
+    SELECT * INTO s FROM memory_scope
+     WHERE id = (memory_scope_row(p_mxid, p_origin, p_namespace, p_agent, p_kind, p_room)).id
+       FOR NO KEY UPDATE;
+
+    IF s.failure_reason IS NOT NULL THEN
+        RAISE EXCEPTION 'erasure_pending' USING ERRCODE = 'KGC03';
+    END IF;
+    IF s.enabled AND s.consent_expires_at > now() THEN
+        IF s.purpose IS DISTINCT FROM p_purpose
+           OR s.policy_version IS DISTINCT FROM p_policy_version THEN
+            RAISE EXCEPTION 'consent_conflict' USING ERRCODE = 'KGC02';
+        END IF;
+        UPDATE memory_scope SET consent_expires_at = now() + p_consent_max_age
+         WHERE id = s.id
+        RETURNING * INTO s;
+        PERFORM memory_audit_write(s.id, 'grant', 'renewed', s.generation, NULL);
+    ELSE
+        UPDATE memory_scope
+           SET enabled = true, generation = memory_scope.generation + 1,
+               purpose = p_purpose, policy_version = p_policy_version,
+               max_ttl = p_max_ttl, entry_cap = p_entry_cap, fact_max_bytes = p_fact_max_bytes,
+               consent_granted_at = now(), consent_expires_at = now() + p_consent_max_age
+         WHERE id = s.id
+        RETURNING * INTO s;
+        PERFORM memory_audit_write(s.id, 'grant', 'enabled', s.generation, NULL);
+    END IF;
+    RETURN QUERY SELECT s.id, s.generation, s.consent_granted_at, s.consent_expires_at;
+END
+$$;
+
+-- The generation a request captures at admission: NULL unless enabled and unexpired.
+CREATE OR REPLACE FUNCTION memory_generation(
+    p_mxid TEXT, p_origin TEXT, p_namespace TEXT, p_agent TEXT, p_kind TEXT, p_room TEXT)
+RETURNS BIGINT
+LANGUAGE sql STABLE AS $$
+    SELECT s.generation
+      FROM memory_scope_row(p_mxid, p_origin, p_namespace, p_agent, p_kind, p_room) s
+     WHERE s.enabled AND s.consent_expires_at > now()
+$$;
+
+-- Fenced save (C3, B3, B4): all facts or none.  The insert trigger re-checks the fence under
+-- the scope row lock, fixes created_at/expires_at and enforces both caps.
+CREATE OR REPLACE FUNCTION memory_save(
+    p_mxid TEXT, p_origin TEXT, p_namespace TEXT, p_agent TEXT, p_kind TEXT, p_room TEXT,
+    p_generation BIGINT, p_contents TEXT[], p_embeddings vector[])
+RETURNS TABLE (id UUID, created_at TIMESTAMPTZ, expires_at TIMESTAMPTZ)
+LANGUAGE plpgsql VOLATILE AS $$
+#variable_conflict use_column
+DECLARE
+    s memory_scope%ROWTYPE;
+BEGIN
+    IF coalesce(cardinality(p_contents), 0) = 0
+       OR cardinality(p_contents) IS DISTINCT FROM cardinality(p_embeddings) THEN
+        RAISE EXCEPTION 'invalid_argument' USING ERRCODE = '22023';
+    END IF;
+    s := memory_scope_row(p_mxid, p_origin, p_namespace, p_agent, p_kind, p_room);
+    PERFORM memory_fence_check(s, p_generation);
+    PERFORM memory_bind_scope(s.id);
+    RETURN QUERY
+    WITH inserted AS (
+        INSERT INTO memory_entry (scope_id, content, embedding, generation)
+        SELECT s.id, u.content, u.embedding, p_generation
+          FROM unnest(p_contents, p_embeddings) WITH ORDINALITY AS u(content, embedding, n)
+         ORDER BY u.n
+        RETURNING memory_entry.id, memory_entry.created_at, memory_entry.expires_at
+    )
+    SELECT inserted.id, inserted.created_at, inserted.expires_at FROM inserted;
+END
+$$;
+
+-- Fenced exact search (C3, B2): cosine top-k among the scope's readable rows.  The fence is
+-- repeated inside the read's own snapshot, so a withdrawal that commits between the check and
+-- the read yields nothing rather than stale content.
+CREATE OR REPLACE FUNCTION memory_search(
+    p_mxid TEXT, p_origin TEXT, p_namespace TEXT, p_agent TEXT, p_kind TEXT, p_room TEXT,
+    p_generation BIGINT, p_embedding vector, p_limit INTEGER)
+RETURNS TABLE (id UUID, content TEXT, created_at TIMESTAMPTZ, expires_at TIMESTAMPTZ,
+               distance DOUBLE PRECISION)
+LANGUAGE plpgsql VOLATILE AS $$
+#variable_conflict use_column
+DECLARE
+    s memory_scope%ROWTYPE;
+BEGIN
+    IF p_limit IS NULL OR p_limit < 1 OR p_limit > 50 OR p_embedding IS NULL THEN
+        RAISE EXCEPTION 'invalid_argument' USING ERRCODE = '22023';
+    END IF;
+    s := memory_scope_row(p_mxid, p_origin, p_namespace, p_agent, p_kind, p_room);
+    PERFORM memory_fence_check(s, p_generation);
+    PERFORM memory_bind_scope(s.id);
+    RETURN QUERY
+    SELECT r.id, r.content, r.created_at, r.expires_at, r.embedding <=> p_embedding
+      FROM memory_readable(s.id) r
+     WHERE EXISTS (SELECT 1 FROM memory_scope f
+                    WHERE f.id = s.id AND f.enabled AND f.generation = p_generation
+                      AND f.consent_expires_at > now())
+     ORDER BY r.embedding <=> p_embedding, r.id
+     LIMIT p_limit;
+END
+$$;
+
+-- The subject's own view (U2): needs no generation, never returns expired rows.  Keyset
+-- pagination, newest first; returns at most p_limit rows after (p_after_created, p_after_id).
+CREATE OR REPLACE FUNCTION memory_inspect(
+    p_mxid TEXT, p_origin TEXT, p_namespace TEXT, p_agent TEXT, p_kind TEXT, p_room TEXT,
+    p_after_created TIMESTAMPTZ, p_after_id UUID, p_limit INTEGER)
+RETURNS TABLE (id UUID, content TEXT, created_at TIMESTAMPTZ, expires_at TIMESTAMPTZ)
+LANGUAGE plpgsql VOLATILE AS $$
+#variable_conflict use_column
+DECLARE
+    s memory_scope%ROWTYPE;
+BEGIN
+    IF p_limit IS NULL OR p_limit < 1 OR p_limit > 51 THEN
+        RAISE EXCEPTION 'invalid_argument' USING ERRCODE = '22023';
+    END IF;
+    s := memory_scope_row(p_mxid, p_origin, p_namespace, p_agent, p_kind, p_room);
+    IF s.id IS NULL THEN
+        RETURN;
+    END IF;
+    PERFORM memory_bind_scope(s.id);
+    RETURN QUERY
+    SELECT r.id, r.content, r.created_at, r.expires_at
+      FROM memory_readable(s.id) r
+     WHERE p_after_created IS NULL OR (r.created_at, r.id) < (p_after_created, p_after_id)
+     ORDER BY r.created_at DESC, r.id DESC
+     LIMIT p_limit;
+END
+$$;
+
+-- Content-free status (U1): one row, or none for a key that was never granted.
+CREATE OR REPLACE FUNCTION memory_status(
+    p_mxid TEXT, p_origin TEXT, p_namespace TEXT, p_agent TEXT, p_kind TEXT, p_room TEXT)
+RETURNS TABLE (enabled BOOLEAN, purpose TEXT, policy_version TEXT, generation BIGINT,
+               consent_expires_at TIMESTAMPTZ, max_ttl INTERVAL, entry_cap INTEGER,
+               entry_count BIGINT, last_verified_erasure_at TIMESTAMPTZ, failure_reason TEXT)
+LANGUAGE plpgsql VOLATILE AS $$
+#variable_conflict use_column
+DECLARE
+    s memory_scope%ROWTYPE;
+BEGIN
+    s := memory_scope_row(p_mxid, p_origin, p_namespace, p_agent, p_kind, p_room);
+    IF s.id IS NULL THEN
+        RETURN;
+    END IF;
+    PERFORM memory_bind_scope(s.id);
+    RETURN QUERY
+    SELECT s.enabled AND s.consent_expires_at > now(), s.purpose, s.policy_version,
+           s.generation, s.consent_expires_at, s.max_ttl, s.entry_cap,
+           (SELECT count(*) FROM memory_readable(s.id)),
+           s.last_verified_erasure_at, s.failure_reason;
+END
+$$;
+
+-- U3: delete one entry of this key.  Same answer for an absent, foreign or already-deleted id
+-- (no existence oracle): deleted = 0.  Works whether or not the scope is enabled.
+CREATE OR REPLACE FUNCTION memory_forget(
+    p_mxid TEXT, p_origin TEXT, p_namespace TEXT, p_agent TEXT, p_kind TEXT, p_room TEXT,
+    p_entry_id UUID)
+RETURNS TABLE (generation BIGINT, deleted BIGINT)
+LANGUAGE plpgsql VOLATILE AS $$
+#variable_conflict use_column
+DECLARE
+    s memory_scope%ROWTYPE;
+    n BIGINT := 0;
+BEGIN
+    s := memory_scope_row(p_mxid, p_origin, p_namespace, p_agent, p_kind, p_room);
+    IF s.id IS NOT NULL THEN
+        PERFORM memory_bind_scope(s.id);
+        DELETE FROM memory_entry WHERE memory_entry.id = p_entry_id AND scope_id = s.id;
+        GET DIAGNOSTICS n = ROW_COUNT;
+        PERFORM memory_audit_write(s.id, 'forget', 'deleted', s.generation, n);
+    END IF;
+    RETURN QUERY SELECT s.generation, n;
+END
+$$;
+
+-- U4/C4 step 1 of a withdrawal: disable and advance the generation, marking the erasure as
+-- pending until it is verified.  Committed on its own, before any delete.
+CREATE OR REPLACE FUNCTION memory_disable(
+    p_mxid TEXT, p_origin TEXT, p_namespace TEXT, p_agent TEXT, p_kind TEXT, p_room TEXT)
+RETURNS TABLE (scope_id UUID, generation BIGINT)
+LANGUAGE plpgsql VOLATILE AS $$
+#variable_conflict use_column
+DECLARE
+    s memory_scope%ROWTYPE;
+BEGIN
+    UPDATE memory_scope
+       SET enabled = false, generation = memory_scope.generation + 1,
+           failure_reason = 'erasure_pending', failure_at = now()
+     WHERE id = (memory_scope_row(p_mxid, p_origin, p_namespace, p_agent, p_kind, p_room)).id
+    RETURNING * INTO s;
+    IF s.id IS NOT NULL THEN
+        PERFORM memory_audit_write(s.id, 'disable', 'disabled', s.generation, NULL);
+        RETURN QUERY SELECT s.id, s.generation;
+    END IF;
+END
+$$;
+
+-- L2 step 1: disable every scope of one principal in one transaction, before any clearing.
+CREATE OR REPLACE FUNCTION memory_disable_principal(p_mxid TEXT, p_origin TEXT)
+RETURNS TABLE (scope_id UUID, agent_namespace TEXT, agent_name TEXT, scope_kind TEXT,
+               room_id TEXT, generation BIGINT)
+LANGUAGE plpgsql VOLATILE AS $$
+#variable_conflict use_column
+BEGIN
+    RETURN QUERY
+    WITH disabled AS (
+        UPDATE memory_scope
+           SET enabled = false, generation = memory_scope.generation + 1,
+               failure_reason = 'erasure_pending', failure_at = now()
+         WHERE principal_mxid = p_mxid AND principal_origin = p_origin
+        RETURNING memory_scope.id, memory_scope.agent_namespace, memory_scope.agent_name,
+                  memory_scope.scope_kind, memory_scope.room_id, memory_scope.generation
+    ), audited AS (
+        INSERT INTO memory_audit (scope_id, operation, outcome, generation)
+        SELECT d.id, 'offboard_disable', 'disabled', d.generation FROM disabled d
+    )
+    SELECT d.id, d.agent_namespace, d.agent_name, d.scope_kind, d.room_id, d.generation
+      FROM disabled d
+     ORDER BY d.id;
+END
+$$;
+
+-- Delete every entry of a scope.  p_advance (forget_all) advances the generation in the same
+-- transaction, so saves in flight under the old generation are fenced out; a withdrawal has
+-- advanced it already in memory_disable.
+CREATE OR REPLACE FUNCTION memory_clear(
+    p_mxid TEXT, p_origin TEXT, p_namespace TEXT, p_agent TEXT, p_kind TEXT, p_room TEXT,
+    p_advance BOOLEAN)
+RETURNS TABLE (generation BIGINT, deleted BIGINT)
+LANGUAGE plpgsql VOLATILE AS $$
+#variable_conflict use_column
+DECLARE
+    s memory_scope%ROWTYPE;
+    n BIGINT := 0;
+BEGIN
+    SELECT * INTO s FROM memory_scope
+     WHERE id = (memory_scope_row(p_mxid, p_origin, p_namespace, p_agent, p_kind, p_room)).id
+       FOR NO KEY UPDATE;
+    IF s.id IS NULL THEN
+        RETURN;
+    END IF;
+    IF p_advance THEN
+        UPDATE memory_scope SET generation = memory_scope.generation + 1
+         WHERE id = s.id
+        RETURNING * INTO s;
+    END IF;
+    PERFORM memory_bind_scope(s.id);
+    DELETE FROM memory_entry WHERE scope_id = s.id;
+    GET DIAGNOSTICS n = ROW_COUNT;
+    PERFORM memory_audit_write(s.id, 'clear', 'deleted', s.generation, n);
+    RETURN QUERY SELECT s.generation, n;
+END
+$$;
+
+-- B5 read-after-delete verification, in a new transaction after the delete committed.  Counts
+-- rows written under a generation older than p_generation (or the one entry) that are still
+-- readable through memory_readable or still physically present.  Zero: records the verified
+-- erasure (and, for a complete erasure, clears the pending marker).  Otherwise the scope is
+-- disabled with failure_reason = verification_failed (C5) and verified_at is NULL.
+CREATE OR REPLACE FUNCTION memory_verify_erasure(
+    p_mxid TEXT, p_origin TEXT, p_namespace TEXT, p_agent TEXT, p_kind TEXT, p_room TEXT,
+    p_generation BIGINT, p_entry_id UUID, p_complete BOOLEAN)
+RETURNS TABLE (generation BIGINT, verified_at TIMESTAMPTZ)
+LANGUAGE plpgsql VOLATILE AS $$
+#variable_conflict use_column
+DECLARE
+    s         memory_scope%ROWTYPE;
+    readable  BIGINT;
+    remaining BIGINT;
+BEGIN
+    SELECT * INTO s FROM memory_scope
+     WHERE id = (memory_scope_row(p_mxid, p_origin, p_namespace, p_agent, p_kind, p_room)).id
+       FOR NO KEY UPDATE;
+    IF s.id IS NULL THEN
+        RETURN QUERY SELECT NULL::BIGINT, now();
+        RETURN;
+    END IF;
+    PERFORM memory_bind_scope(s.id);
+    SELECT count(*) INTO readable FROM memory_readable(s.id) r
+     WHERE (p_entry_id IS NULL AND r.generation < p_generation) OR r.id = p_entry_id;
+    SELECT count(*) INTO remaining FROM memory_entry e
+     WHERE e.scope_id = s.id
+       AND ((p_entry_id IS NULL AND e.generation < p_generation) OR e.id = p_entry_id);
+    IF readable + remaining > 0 THEN
+        UPDATE memory_scope
+           SET enabled = false, generation = memory_scope.generation + 1,
+               failure_reason = 'verification_failed', failure_at = now()
+         WHERE id = s.id;
+        PERFORM memory_audit_write(s.id, 'verify', 'verification_failed', s.generation, remaining);
+        -- Not raised here: that would roll back the disable.  A NULL verified_at tells the
+        -- caller to raise ErasureFailed once this transaction has committed.
+        RETURN QUERY SELECT s.generation + 1, NULL::TIMESTAMPTZ;
+        RETURN;
+    END IF;
+    UPDATE memory_scope
+       SET last_verified_erasure_at = now(),
+           failure_reason = CASE WHEN p_complete AND failure_reason IN
+                                      ('erasure_pending', 'erasure_failed', 'verification_failed')
+                                 THEN NULL ELSE failure_reason END,
+           failure_at = CASE WHEN p_complete THEN NULL ELSE failure_at END
+     WHERE id = s.id
+    RETURNING * INTO s;
+    PERFORM memory_audit_write(s.id, 'verify', 'verified', s.generation, 0);
+    RETURN QUERY SELECT s.generation, s.last_verified_erasure_at;
+END
+$$;
+
+-- C5: a content-free failure (a reason code) on a scope that stays disabled.
+CREATE OR REPLACE FUNCTION memory_record_failure(
+    p_mxid TEXT, p_origin TEXT, p_namespace TEXT, p_agent TEXT, p_kind TEXT, p_room TEXT,
+    p_reason TEXT)
+RETURNS void
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    s memory_scope%ROWTYPE;
+BEGIN
+    UPDATE memory_scope
+       SET enabled = false, failure_reason = p_reason, failure_at = now()
+     WHERE id = (memory_scope_row(p_mxid, p_origin, p_namespace, p_agent, p_kind, p_room)).id
+    RETURNING * INTO s;
+    IF s.id IS NOT NULL THEN
+        PERFORM memory_audit_write(s.id, 'failure', p_reason, s.generation, NULL);
+    END IF;
+END
+$$;
+
+-- L3: physical deletion of expired rows, scope by scope through the same row-level security
+-- binding (no bypass policy exists).  Idempotent; concurrent sweeps skip each other's rows.
+CREATE OR REPLACE FUNCTION memory_sweep() RETURNS BIGINT
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    sid   UUID;
+    n     BIGINT;
+    total BIGINT := 0;
+BEGIN
+    FOR sid IN SELECT id FROM memory_scope ORDER BY id LOOP
+        PERFORM memory_bind_scope(sid);
+        DELETE FROM memory_entry
+         WHERE id IN (SELECT e.id FROM memory_entry e
+                       WHERE e.scope_id = sid AND e.expires_at <= now()
+                         FOR UPDATE SKIP LOCKED);
+        GET DIAGNOSTICS n = ROW_COUNT;
+        total := total + n;
+    END LOOP;
+    PERFORM memory_bind_scope(NULL);
+    PERFORM memory_audit_write(NULL, 'sweep', 'deleted', NULL, total);
+    RETURN total;
+END
+$$;

@@ -1,0 +1,51 @@
+-- Every statement the library runs, in sqlc's `-- name: Name :kind` format with $n parameters,
+-- so the Go controller patch carries the same text (see patches/).  Each is one round trip and
+-- one transaction; the rules live in the functions of migrations 000004-000005.
+-- Key parameters $1..$6: principal_mxid, principal_origin, agent_namespace, agent_name,
+-- scope_kind, room_id.
+
+-- name: GrantMemoryScope :one
+SELECT scope_id, generation, granted_at, expires_at
+FROM memory_grant($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12);
+
+-- name: GetMemoryGeneration :one
+SELECT memory_generation($1, $2, $3, $4, $5, $6) AS generation;
+
+-- name: SaveMemoryEntries :many
+SELECT id, created_at, expires_at
+FROM memory_save($1, $2, $3, $4, $5, $6, $7, $8, $9);
+
+-- name: SearchMemoryEntries :many
+SELECT id, content, created_at, expires_at, distance
+FROM memory_search($1, $2, $3, $4, $5, $6, $7, $8, $9);
+
+-- name: InspectMemoryEntries :many
+SELECT id, content, created_at, expires_at
+FROM memory_inspect($1, $2, $3, $4, $5, $6, $7, $8, $9);
+
+-- name: GetMemoryScopeStatus :one
+SELECT enabled, purpose, policy_version, generation, consent_expires_at, max_ttl, entry_cap,
+       entry_count, last_verified_erasure_at, failure_reason
+FROM memory_status($1, $2, $3, $4, $5, $6);
+
+-- name: ForgetMemoryEntry :one
+SELECT generation, deleted FROM memory_forget($1, $2, $3, $4, $5, $6, $7);
+
+-- name: DisableMemoryScope :one
+SELECT scope_id, generation FROM memory_disable($1, $2, $3, $4, $5, $6);
+
+-- name: DisablePrincipalMemoryScopes :many
+SELECT scope_id, agent_namespace, agent_name, scope_kind, room_id, generation
+FROM memory_disable_principal($1, $2);
+
+-- name: ClearMemoryScope :one
+SELECT generation, deleted FROM memory_clear($1, $2, $3, $4, $5, $6, $7);
+
+-- name: VerifyMemoryErasure :one
+SELECT generation, verified_at FROM memory_verify_erasure($1, $2, $3, $4, $5, $6, $7, $8, $9);
+
+-- name: RecordMemoryScopeFailure :exec
+SELECT memory_record_failure($1, $2, $3, $4, $5, $6, $7);
+
+-- name: SweepExpiredMemory :one
+SELECT memory_sweep() AS deleted;

@@ -1,0 +1,588 @@
+"""``GovernedMemoryStore``: the content store's boundary on PostgreSQL + pgvector.
+
+Each governed operation is one call of a SQL function (one statement, one transaction, one
+round trip) that checks the fence and acts; erasures add one verifying read in a new
+transaction.  Python validates early and cheaply; the database is what enforces.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import hmac
+import logging
+import math
+import re
+import struct
+import time
+import uuid
+import weakref
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any, Self
+
+import psycopg
+from pgvector import Vector
+from pgvector.psycopg import register_vector_async
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
+
+from . import _sql
+from .errors import (
+    ConsentRequired,
+    ErasureFailed,
+    FactTooLarge,
+    GovernanceError,
+    InvalidInput,
+    ReasonCode,
+    StoreUnavailable,
+    from_database_error,
+)
+from .identity import AgentIdentity, MemoryScope, Principal, ScopeKey
+from .models import (
+    ConsentReceipt,
+    ErasureReceipt,
+    ForgetReceipt,
+    InspectPage,
+    MemoryRecord,
+    OffboardReport,
+    ScopeOutcome,
+    ScopeStatus,
+)
+from .policy import PROTOTYPE_POLICY, MemoryPolicy
+
+__all__ = ["EMBEDDING_DIMENSION", "MAX_PAGE_SIZE", "MAX_SEARCH_LIMIT", "GovernedMemoryStore"]
+
+_log = logging.getLogger("kagent_governed_memory.store")
+
+EMBEDDING_DIMENSION = 768
+MAX_PAGE_SIZE = 50
+MAX_SEARCH_LIMIT = 50
+_PURPOSE = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
+_MIGRATION_LOCK = 0x6B676D_0023  # pg_advisory_xact_lock key: "kgm" + ADR number
+_MIGRATIONS_TABLE = "governed_memory_schema_migrations"
+_CURSOR = struct.Struct(">Bq16s")  # version, created_at (µs since epoch), entry id
+_CURSOR_TAG = 12
+_DISABLE_ATTEMPTS = 3
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
+
+
+class GovernedMemoryStore:
+    """Scope-keyed, consent-fenced memory on PostgreSQL.  Create with ``await open(...)``."""
+
+    def __init__(
+        self, pool: AsyncConnectionPool | None, *, local_server: str, policy: MemoryPolicy
+    ) -> None:
+        self._pool = pool  # type: ignore[assignment]
+        self._local_server = local_server
+        self.policy = policy
+        self._vector_ready: weakref.WeakSet[Any] = weakref.WeakSet()
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    @classmethod
+    async def open(
+        cls,
+        dsn: str,
+        *,
+        local_server: str,
+        policy: MemoryPolicy = PROTOTYPE_POLICY,
+        min_size: int = 1,
+        max_size: int = 8,
+        timeout: float = 10.0,
+    ) -> GovernedMemoryStore:
+        """Open a pool (autocommit: every governed call is its own transaction)."""
+        _check_local_server(local_server)
+        if not isinstance(policy, MemoryPolicy):
+            raise InvalidInput(ReasonCode.INVALID_POLICY)
+        if not isinstance(dsn, str):
+            raise InvalidInput(ReasonCode.INVALID_ARGUMENT, field="dsn")
+        failed: GovernanceError | None = None
+        store = cls(None, local_server=local_server, policy=policy)
+        pool = store._pool = AsyncConnectionPool(
+            conninfo=dsn,
+            min_size=min_size,
+            max_size=max_size,
+            kwargs={"autocommit": True},
+            configure=store._configure,
+            open=False,
+            timeout=timeout,
+            name="kagent-governed-memory",
+        )
+        try:
+            await pool.open(wait=True, timeout=timeout)
+        except (psycopg.Error, PoolTimeout, OSError) as exc:
+            failed = from_database_error(exc, "open")
+        if failed is not None:
+            await pool.close()
+            raise failed
+        return store
+
+    async def close(self) -> None:
+        await self._pool.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    def __repr__(self) -> str:
+        return f"GovernedMemoryStore(policy={self.policy.version!r})"
+
+    async def _configure(self, conn: psycopg.AsyncConnection) -> None:
+        await self._register_vector(conn)
+
+    async def _register_vector(self, conn: psycopg.AsyncConnection) -> bool:
+        if conn in self._vector_ready:
+            return True
+        info = await psycopg.types.TypeInfo.fetch(conn, "vector")
+        if info is None:  # extension not created yet: migrate() will
+            return False
+        await register_vector_async(conn)
+        self._vector_ready.add(conn)
+        return True
+
+    # -- migrations -----------------------------------------------------------------------
+
+    async def migrate(self) -> list[int]:
+        """Apply the packaged migrations not yet recorded; returns the versions applied.
+
+        Idempotent and safe to run from several processes at once: one transaction under a
+        transaction-level advisory lock.
+        """
+        applied_now: list[int] = []
+
+        async def work(conn: psycopg.AsyncConnection) -> None:
+            async with conn.transaction():
+                await conn.execute("SELECT pg_advisory_xact_lock(%s)", [_MIGRATION_LOCK])
+                await conn.execute(
+                    f"CREATE TABLE IF NOT EXISTS {_MIGRATIONS_TABLE} ("
+                    " version BIGINT PRIMARY KEY, name TEXT NOT NULL,"
+                    " applied_at TIMESTAMPTZ NOT NULL DEFAULT now())"
+                )
+                cur = await conn.execute(f"SELECT version FROM {_MIGRATIONS_TABLE}")
+                done = {row[0] for row in await cur.fetchall()}
+                for m in _sql.migrations():
+                    if m.version in done:
+                        continue
+                    await conn.execute(m.up)
+                    await conn.execute(
+                        f"INSERT INTO {_MIGRATIONS_TABLE} (version, name) VALUES (%s, %s)",
+                        [m.version, m.name],
+                    )
+                    applied_now.append(m.version)
+            self._vector_ready.discard(conn)
+            await self._register_vector(conn)
+
+        await self._with_conn("migrate", work)
+        if applied_now:
+            _log.info("migrations applied count=%d", len(applied_now))
+        return applied_now
+
+    async def schema_version(self) -> int | None:
+        """Highest applied migration, or ``None`` before the first ``migrate()``."""
+
+        async def work(conn: psycopg.AsyncConnection) -> int | None:
+            cur = await conn.execute("SELECT to_regclass(%s)", [_MIGRATIONS_TABLE])
+            if (await cur.fetchone())[0] is None:  # type: ignore[index]
+                return None
+            cur = await conn.execute(f"SELECT max(version) FROM {_MIGRATIONS_TABLE}")
+            return (await cur.fetchone())[0]  # type: ignore[index]
+
+        return await self._with_conn("schema_version", work)
+
+    # -- consent --------------------------------------------------------------------------
+
+    async def grant(self, key: ScopeKey, *, purpose: str) -> ConsentReceipt:
+        """Record explicit consent for ``purpose`` under this store's policy (C1)."""
+        self._servable(key)
+        if not isinstance(purpose, str) or not _PURPOSE.match(purpose):
+            raise InvalidInput(ReasonCode.INVALID_ARGUMENT, field="purpose")
+        p = self.policy
+        row = await self._one(
+            "grant",
+            "GrantMemoryScope",
+            [*_key(key), purpose, p.version, p.max_ttl, p.entry_cap, p.fact_max_bytes,
+             p.consent_max_age],
+        )
+        assert row is not None
+        return ConsentReceipt(
+            scope_id=key.opaque_id,
+            generation=row[1],
+            purpose=purpose,
+            policy_version=p.version,
+            granted_at=row[2],
+            expires_at=row[3],
+        )
+
+    async def generation(self, key: ScopeKey) -> int | None:
+        """The current valid generation, or ``None`` (missing, disabled or expired consent)."""
+        self._servable(key)
+        row = await self._one("generation", "GetMemoryGeneration", _key(key))
+        return None if row is None else row[0]
+
+    # -- content --------------------------------------------------------------------------
+
+    async def save(
+        self,
+        key: ScopeKey,
+        generation: int | None,
+        *,
+        facts: Sequence[str],
+        embeddings: Sequence[Sequence[float]],
+    ) -> list[str]:
+        """Store facts (all or none) under the captured generation; returns opaque entry ids."""
+        self._servable(key)
+        gen = _generation(generation)
+        if isinstance(facts, str) or not isinstance(facts, Sequence):
+            raise InvalidInput(ReasonCode.INVALID_TEXT)
+        if not 0 < len(facts) <= self.policy.entry_cap or len(facts) != len(embeddings):
+            raise InvalidInput(ReasonCode.INVALID_ARGUMENT, field="facts")
+        for fact in facts:
+            _check_fact(fact, self.policy.fact_max_bytes)
+        vectors = [_vector(e) for e in embeddings]
+        rows = await self._all(
+            "save", "SaveMemoryEntries", [*_key(key), gen, list(facts), vectors]
+        )
+        return [str(r[0]) for r in rows]
+
+    async def search(
+        self, key: ScopeKey, generation: int | None, embedding: Sequence[float], *, limit: int = 5
+    ) -> list[MemoryRecord]:
+        """Exact cosine top-``limit`` among the scope's unexpired entries, fenced (C3, B2)."""
+        self._servable(key)
+        gen = _generation(generation)
+        if not isinstance(limit, int) or isinstance(limit, bool) or not 0 < limit <= MAX_SEARCH_LIMIT:
+            raise InvalidInput(ReasonCode.INVALID_LIMIT)
+        vec = _vector(embedding)
+        rows = await self._all("search", "SearchMemoryEntries", [*_key(key), gen, vec, limit])
+        return [
+            MemoryRecord(id=str(r[0]), text=r[1], scope=key, created_at=r[2], expires_at=r[3],
+                         distance=float(r[4]))
+            for r in rows
+        ]
+
+    async def inspect(
+        self, key: ScopeKey, *, page_size: int = 10, cursor: str | None = None
+    ) -> InspectPage:
+        """The subject's own entries, newest first, in bounded pages (U2)."""
+        self._servable(key)
+        if (not isinstance(page_size, int) or isinstance(page_size, bool)
+                or not 0 < page_size <= MAX_PAGE_SIZE):
+            raise InvalidInput(ReasonCode.INVALID_PAGE_SIZE)
+        after_created, after_id = (None, None) if cursor is None else _decode_cursor(key, cursor)
+        rows = await self._all(
+            "inspect",
+            "InspectMemoryEntries",
+            [*_key(key), after_created, after_id, page_size + 1],
+        )
+        entries = tuple(
+            MemoryRecord(id=str(r[0]), text=r[1], scope=key, created_at=r[2], expires_at=r[3])
+            for r in rows[:page_size]
+        )
+        next_cursor = None
+        if len(rows) > page_size:
+            last = rows[page_size - 1]
+            next_cursor = _encode_cursor(key, last[2], last[0])
+        return InspectPage(entries=entries, next_cursor=next_cursor)
+
+    async def status(self, key: ScopeKey) -> ScopeStatus:
+        self._servable(key)
+        row = await self._one("status", "GetMemoryScopeStatus", _key(key))
+        if row is None:
+            return ScopeStatus(scope_id=key.opaque_id, enabled=False)
+        return ScopeStatus(
+            scope_id=key.opaque_id,
+            enabled=row[0],
+            purpose=row[1],
+            policy_version=row[2],
+            generation=row[3],
+            consent_expires_at=row[4],
+            max_ttl=row[5],
+            entry_cap=row[6],
+            entry_count=row[7],
+            last_verified_erasure_at=row[8],
+            failure_reason=_reason(row[9]),
+        )
+
+    # -- erasure --------------------------------------------------------------------------
+
+    async def forget(self, key: ScopeKey, entry_id: str) -> ForgetReceipt:
+        """Delete one entry and verify it unreadable (U3).  An absent, foreign, malformed or
+        already-forgotten id gives the same receipt with ``deleted=0``: no existence oracle."""
+        self._servable(key)
+        target = _parse_entry_id(entry_id)
+        row = await self._one("forget", "ForgetMemoryEntry", [*_key(key), target])
+        deleted = int(row[1]) if row else 0
+        generation, at = await self._verify(key, None, target, complete=False)
+        return ForgetReceipt(scope_id=key.opaque_id, generation=generation, deleted=deleted,
+                             verified=True, at=at)
+
+    async def forget_all(self, key: ScopeKey) -> ErasureReceipt:
+        """Clear every entry and advance the generation; the scope stays enabled (U4)."""
+        self._servable(key)
+        row = await self._one("forget_all", "ClearMemoryScope", [*_key(key), True])
+        if row is None:
+            return await self._nothing_stored(key)
+        generation, deleted = row
+        generation, at = await self._verify(key, generation, None, complete=True)
+        return ErasureReceipt(scope_id=key.opaque_id, generation=generation,
+                              deleted=int(deleted), verified=True, at=at)
+
+    async def withdraw(self, key: ScopeKey) -> ErasureReceipt:
+        """Disable + advance the generation (committed first), then delete, then verify (C4).
+
+        Any failure after the disable leaves the scope disabled with a content-free
+        ``failure_reason`` (C5) and raises ``ErasureFailed``; call ``withdraw`` again.
+        """
+        self._servable(key)
+        row = await self._disable(key)
+        if row is None:
+            return await self._nothing_stored(key)
+        deleted = await self._clear_and_verify(key, generation=row[1])
+        status_gen, at = deleted[1], deleted[2]
+        return ErasureReceipt(scope_id=key.opaque_id, generation=status_gen,
+                              deleted=deleted[0], verified=True, at=at)
+
+    async def offboard(self, principal: Principal) -> OffboardReport:
+        """Disable every scope of ``principal`` first, then clear and verify each (L2)."""
+        if not isinstance(principal, Principal):
+            raise InvalidInput(ReasonCode.INVALID_IDENTITY)
+        rows = await self._all(
+            "offboard", "DisablePrincipalMemoryScopes", [principal.mxid, principal.origin.value]
+        )
+        outcomes: list[ScopeOutcome] = []
+        for _scope_uuid, namespace, agent, kind, room, generation in rows:
+            key = ScopeKey(
+                principal=principal,
+                agent=AgentIdentity(namespace=namespace, name=agent),
+                scope=MemoryScope(kind=kind, room_id=room),
+            )
+            try:
+                deleted, _, _ = await self._clear_and_verify(key, generation=generation)
+            except GovernanceError as exc:
+                outcomes.append(ScopeOutcome(scope_id=key.opaque_id, outcome=exc.reason))
+                continue
+            outcomes.append(ScopeOutcome(scope_id=key.opaque_id, outcome="cleared",
+                                         deleted=deleted))
+        return OffboardReport(principal_id=principal.opaque_id, scopes=tuple(outcomes))
+
+    async def sweep(self) -> int:
+        """Physically delete expired rows (L3); they were already unreadable (B2)."""
+        row = await self._one("sweep", "SweepExpiredMemory", [])
+        return int(row[0]) if row else 0
+
+    # -- internals ------------------------------------------------------------------------
+
+    def _servable(self, key: ScopeKey) -> None:
+        if not isinstance(key, ScopeKey):
+            raise InvalidInput(ReasonCode.INVALID_IDENTITY, field="scope_key")
+        key.require_servable(self._local_server)
+
+    async def _nothing_stored(self, key: ScopeKey) -> ErasureReceipt:
+        return ErasureReceipt(scope_id=key.opaque_id, generation=None, deleted=0, verified=True,
+                              at=datetime.now(UTC))
+
+    async def _disable(self, key: ScopeKey) -> tuple[Any, ...] | None:
+        """Withdrawal step 1, retried on transient failures; unknown outcome → ErasureFailed."""
+        for attempt in range(_DISABLE_ATTEMPTS):
+            try:
+                return await self._one("withdraw", "DisableMemoryScope", _key(key))
+            except StoreUnavailable:
+                if attempt + 1 == _DISABLE_ATTEMPTS:
+                    break
+                await asyncio.sleep(0.05 * 2**attempt)
+        raise ErasureFailed(ReasonCode.ERASURE_FAILED, scope_id=key.opaque_id, step="disable")
+
+    async def _clear_and_verify(self, key: ScopeKey, *, generation: int) -> tuple[int, int, datetime]:
+        """Steps 2–3 of a withdrawal on an already disabled scope; records failures (C5)."""
+        failure: ReasonCode | None = None
+        result: tuple[int, int, datetime] | None = None
+        try:
+            row = await self._one("erase", "ClearMemoryScope", [*_key(key), False])
+            deleted = int(row[1]) if row else 0
+            gen, at = await self._verify(key, generation, None, complete=True)
+            result = (deleted, gen if gen is not None else generation, at)
+        except ErasureFailed as exc:
+            failure = exc.reason
+        except GovernanceError:
+            failure = ReasonCode.ERASURE_FAILED
+        if result is not None:
+            return result
+        assert failure is not None
+        if failure is not ReasonCode.VERIFICATION_FAILED:
+            await self._record_failure(key, failure)
+        _log.warning("erasure failed reason=%s scope=%s", failure.value, key.opaque_id)
+        raise ErasureFailed(failure, scope_id=key.opaque_id)
+
+    async def _record_failure(self, key: ScopeKey, reason: ReasonCode) -> None:
+        """Best effort: the durable 'erasure_pending' marker from step 1 already holds."""
+        try:
+            await self._one("record_failure", "RecordMemoryScopeFailure", [*_key(key), reason.value])
+        except GovernanceError:
+            _log.warning("failure not recorded reason=%s scope=%s", reason.value, key.opaque_id)
+
+    async def _verify(
+        self, key: ScopeKey, generation: int | None, entry_id: uuid.UUID | None, *, complete: bool
+    ) -> tuple[int | None, datetime]:
+        row = await self._one(
+            "verify", "VerifyMemoryErasure", [*_key(key), generation, entry_id, complete]
+        )
+        if row is None or row[1] is None:
+            raise ErasureFailed(ReasonCode.VERIFICATION_FAILED, scope_id=key.opaque_id)
+        return row[0], row[1]
+
+    async def _one(self, op: str, name: str, params: list[Any]) -> tuple[Any, ...] | None:
+        rows = await self._all(op, name, params)
+        return rows[0] if rows else None
+
+    async def _all(self, op: str, name: str, params: list[Any]) -> list[tuple[Any, ...]]:
+        sql = _sql.query(name)
+
+        async def work(conn: psycopg.AsyncConnection) -> list[tuple[Any, ...]]:
+            if not await self._register_vector(conn):
+                raise StoreUnavailable(ReasonCode.SCHEMA_OUTDATED, operation=op)
+            cur = psycopg.AsyncRawCursor(conn)
+            await cur.execute(sql, params)
+            return await cur.fetchall() if cur.description else []
+
+        started = time.perf_counter()
+        rows = await self._with_conn(op, work)
+        _log.debug("memory op=%s rows=%d ms=%.2f", op, len(rows),
+                   (time.perf_counter() - started) * 1000)
+        return rows
+
+    async def _with_conn(self, op: str, work: Any) -> Any:
+        """Run ``work(conn)``; database errors leave as content-free errors with no chain.
+
+        The translated error is raised *outside* the ``except`` block so that neither
+        ``__cause__`` nor ``__context__`` keeps the original (whose text echoes row values).
+        """
+        failed: GovernanceError | None = None
+        try:
+            async with self._pool.connection() as conn:
+                return await work(conn)
+        except GovernanceError as exc:
+            failed = exc
+        except (psycopg.Error, PoolTimeout, OSError) as exc:
+            failed = from_database_error(exc, op)
+        failed.__context__ = None
+        failed.__cause__ = None
+        raise failed
+
+
+def _key(key: ScopeKey) -> list[Any]:
+    return [
+        key.principal.mxid,
+        key.principal.origin.value,
+        key.agent.namespace,
+        key.agent.name,
+        key.scope.kind.value,
+        key.scope.room_id,
+    ]
+
+
+def _check_local_server(server: str) -> None:
+    probe = f"@probe:{server}"
+    try:
+        Principal(mxid=probe, origin="native_local")
+    except GovernanceError:
+        ok = False
+    else:
+        ok = True
+    if not ok:
+        raise InvalidInput(ReasonCode.INVALID_ARGUMENT, field="local_server")
+
+
+def _generation(generation: int | None) -> int:
+    if generation is None:
+        raise ConsentRequired(ReasonCode.CONSENT_REQUIRED)
+    if not isinstance(generation, int) or isinstance(generation, bool) or generation < 0:
+        raise InvalidInput(ReasonCode.INVALID_ARGUMENT, field="generation")
+    return generation
+
+
+def _utf8(text: str) -> bytes | None:
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:  # lone surrogates; the error object would hold the text
+        return None
+
+
+def _check_fact(fact: object, max_bytes: int) -> None:
+    if not isinstance(fact, str) or not fact.strip() or "\x00" in fact:
+        raise InvalidInput(ReasonCode.INVALID_TEXT)
+    raw = _utf8(fact)
+    if raw is None:
+        raise InvalidInput(ReasonCode.INVALID_TEXT)
+    if len(raw) > max_bytes:
+        raise FactTooLarge(ReasonCode.FACT_TOO_LARGE)
+
+
+def _floats(values: object) -> list[float] | None:
+    if isinstance(values, str | bytes) or not hasattr(values, "__len__"):
+        return None
+    if len(values) != EMBEDDING_DIMENSION:  # type: ignore[arg-type]
+        return None
+    try:
+        out = [float(v) for v in values]  # type: ignore[union-attr]
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return out if all(math.isfinite(v) for v in out) else None
+
+
+def _vector(values: object) -> Vector:
+    floats = _floats(values)
+    if floats is None:
+        raise InvalidInput(ReasonCode.INVALID_EMBEDDING)
+    return Vector(floats)
+
+
+def _parse_entry_id(entry_id: object) -> uuid.UUID:
+    parsed: uuid.UUID | None = None
+    if isinstance(entry_id, str) and len(entry_id) <= 64:
+        try:
+            parsed = uuid.UUID(entry_id)
+        except ValueError:
+            parsed = None
+    # A malformed id behaves like an absent one: the same statement runs on a random id.
+    return parsed or uuid.uuid4()
+
+
+def _reason(value: str | None) -> ReasonCode | None:
+    if value is None:
+        return None
+    return ReasonCode._value2member_map_.get(value, ReasonCode.ERASURE_FAILED)  # type: ignore[return-value]
+
+
+def _cursor_tag(key: ScopeKey, payload: bytes) -> bytes:
+    return hashlib.blake2b(payload, key=key.opaque_id.encode(), digest_size=_CURSOR_TAG).digest()
+
+
+def _encode_cursor(key: ScopeKey, created_at: datetime, entry_id: uuid.UUID) -> str:
+    micros = (created_at - _EPOCH) // _MICROSECOND
+    payload = _CURSOR.pack(1, micros, entry_id.bytes)
+    return base64.urlsafe_b64encode(payload + _cursor_tag(key, payload)).decode().rstrip("=")
+
+
+def _decode_cursor(key: ScopeKey, cursor: object) -> tuple[datetime, uuid.UUID]:
+    """An opaque cursor binds a position to its key: a forged, truncated or foreign cursor is
+    refused with ``invalid_cursor`` (it could only ever page within the caller's own key)."""
+    raw = _b64(cursor) if isinstance(cursor, str) and len(cursor) <= 64 else None
+    if raw is None or len(raw) != _CURSOR.size + _CURSOR_TAG:
+        raise InvalidInput(ReasonCode.INVALID_CURSOR)
+    payload, tag = raw[: _CURSOR.size], raw[_CURSOR.size :]
+    version, micros, id_bytes = _CURSOR.unpack(payload)
+    if version != 1 or not hmac.compare_digest(tag, _cursor_tag(key, payload)):
+        raise InvalidInput(ReasonCode.INVALID_CURSOR)
+    return _EPOCH + micros * _MICROSECOND, uuid.UUID(bytes=id_bytes)
+
+
+def _b64(text: str) -> bytes | None:
+    try:
+        return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    except (ValueError, TypeError):
+        return None
+
