@@ -338,7 +338,6 @@ def test_s4_opaque_id_differs_when_any_component_differs(change: dict[str, Any])
     other = _key(**change)
     assert other != base
     assert other.opaque_id != base.opaque_id
-    assert hash(other) != hash(base) or other != base
 
 
 def test_s4_opaque_id_is_not_ambiguous_under_concatenation() -> None:
@@ -390,8 +389,6 @@ BAD_NAMESPACES: list[Any] = [
 @pytest.mark.parametrize("namespace", BAD_NAMESPACES)
 def test_s2_invalid_namespace_raises_content_free_invalid_identity(namespace: Any) -> None:
     """S2: a namespace that is not a DNS-1123 label is InvalidIdentity and is not echoed."""
-    if isinstance(namespace, str) and len(namespace) == 64:
-        assert len(namespace) == 64  # sanity: one over the label limit
     with pytest.raises(InvalidIdentity) as info:
         AgentIdentity(namespace=namespace, name="my-agent")
     assert_content_free(info.value, str(NUM))
@@ -852,7 +849,7 @@ def test_policy_boundaries_are_inclusive() -> None:
         GovernanceError(ReasonCode.DATABASE_ERROR, operation="save", sqlstate="XX000"),
         GovernanceError(),
     ],
-    ids=repr,
+    ids=["invalid-identity", "invalid-policy", "federation", "reserved", "database", "bare"],
 )
 def test_governance_error_pickle_and_copy_round_trip(err: GovernanceError) -> None:
     """B6: errors survive pickling (e.g. across processes) with class, reason and ids intact."""
