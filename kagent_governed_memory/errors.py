@@ -90,9 +90,13 @@ class GovernanceError(Exception):
     default_reason: ReasonCode = ReasonCode.DATABASE_ERROR
 
     def __init__(self, reason: ReasonCode | None = None, **ids: str | int) -> None:
-        self.reason: ReasonCode = ReasonCode(reason or self.default_reason)
+        # An unknown reason (e.g. a message passed the usual way) is dropped, never echoed.
+        code = ReasonCode._value2member_map_.get(reason) if isinstance(reason, str) else None
+        self.reason: ReasonCode = code or self.default_reason  # type: ignore[assignment]
         self.ids: Mapping[str, str] = {
-            k: str(v) for k, v in ids.items() if _ID_VALUE.match(str(v)) and _ID_VALUE.match(k)
+            k: str(v)
+            for k, v in ids.items()
+            if _ID_VALUE.fullmatch(str(v)) and _ID_VALUE.fullmatch(k)
         }
         super().__init__(self._render())
 

@@ -47,7 +47,8 @@ def _fields(data: Any, what: str, allowed: set[str]) -> dict[str, Any]:
     """Pydantic would wrap errors in a ValidationError; ours must stay ``InvalidIdentity``."""
     if isinstance(data, BaseModel):
         data = dict(data)
-    if not isinstance(data, dict) or not set(data) <= allowed:
+    if not isinstance(data, dict) or not all(isinstance(k, str) for k in data) \
+            or not set(data) <= allowed:
         raise _bad(what)
     return data
 
@@ -80,12 +81,14 @@ def _valid_server_name(server: str) -> bool:
             return False
         if ":" in server:
             host, port = server.split(":", 1)
-        if not _DNS_NAME.match(host) or host.startswith(".") or ".." in host:
+        if not _DNS_NAME.fullmatch(host) or host.startswith(".") or ".." in host:
             return False
-    return not (port is not None and (not _PORT.match(port) or not 0 < int(port) <= 65535))
+    return not (port is not None and (not _PORT.fullmatch(port) or not 0 < int(port) <= 65535))
 
 
 def _is_ipv6(host: str) -> bool:
+    if not host or any(c not in "0123456789abcdefABCDEF:." for c in host):
+        return False  # also refuses a zone index ("%eth0"), which the Matrix grammar lacks
     try:
         ipaddress.IPv6Address(host)
     except ValueError:
@@ -127,7 +130,7 @@ class Principal(BaseModel):
         if len(mxid) < 4 or mxid[0] != "@" or ":" not in mxid:
             raise _bad("mxid")
         localpart, _, server = mxid[1:].partition(":")
-        if not _LOCALPART.match(localpart) or not _valid_server_name(server):
+        if not _LOCALPART.fullmatch(localpart) or not _valid_server_name(server):
             raise _bad("mxid")
         origin = _enum_member(OriginKind, data.get("origin"))
         if origin is None:
@@ -148,6 +151,10 @@ class Principal(BaseModel):
 
     __str__ = __repr__
 
+    def __repr_args__(self):  # rich and pydantic's own printers: no MXID
+        yield "id", self.opaque_id
+        yield "origin", self.origin.value
+
 
 class AgentIdentity(BaseModel):
     """Exact kagent agent: Kubernetes namespace (DNS-1123 label) + name (DNS-1123 subdomain)."""
@@ -162,12 +169,12 @@ class AgentIdentity(BaseModel):
     def _check(cls, data: Any) -> Any:
         data = _fields(data, "agent", {"namespace", "name"})
         ns, name = data.get("namespace"), data.get("name")
-        if not isinstance(ns, str) or not _DNS1123_LABEL.match(ns):
+        if not isinstance(ns, str) or not _DNS1123_LABEL.fullmatch(ns):
             raise _bad("namespace")
         if (
             not isinstance(name, str)
             or not 0 < len(name) <= 253
-            or not all(_DNS1123_SUBDOMAIN_PART.match(p) for p in name.split("."))
+            or not all(_DNS1123_SUBDOMAIN_PART.fullmatch(p) for p in name.split("."))
         ):
             raise _bad("agent_name")
         return data
@@ -216,12 +223,17 @@ class MemoryScope(BaseModel):
     def __repr__(self) -> str:
         return f"MemoryScope(kind={self.kind.value})"
 
+    __str__ = __repr__
+
+    def __repr_args__(self):  # rich and pydantic's own printers: no room id
+        yield "kind", self.kind.value
+
 
 def _valid_room_id(room: str) -> bool:
     if not room.isascii() or len(room) > 255 or len(room) < 2 or room[0] != "!":
         return False
     opaque, sep, server = room[1:].partition(":")
-    if not _ROOM_OPAQUE.match(opaque):
+    if not _ROOM_OPAQUE.fullmatch(opaque):
         return False
     return not sep or _valid_server_name(server)
 
@@ -244,7 +256,7 @@ class ScopeKey(BaseModel):
         for field, typ in types.items():
             value = data.get(field)
             if isinstance(value, dict):
-                value = typ(**value)
+                value = typ.model_validate(value)
             if not isinstance(value, typ):
                 raise _bad("scope_key")
             out[field] = value
@@ -279,6 +291,9 @@ class ScopeKey(BaseModel):
         return f"ScopeKey(id={self.opaque_id})"
 
     __str__ = __repr__
+
+    def __repr_args__(self):
+        yield "id", self.opaque_id
 
 
 def _digest(domain: str, *parts: str) -> str:

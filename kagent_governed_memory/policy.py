@@ -40,7 +40,7 @@ class MemoryPolicy(BaseModel):
     @model_validator(mode="after")
     def _bounds(self) -> MemoryPolicy:
         ok = (
-            _VERSION.match(self.version)
+            _VERSION.fullmatch(self.version)
             and timedelta(minutes=1) <= self.max_ttl <= timedelta(days=365)
             and timedelta(minutes=1) <= self.consent_max_age <= timedelta(days=3650)
             and 1 <= self.entry_cap <= 10_000

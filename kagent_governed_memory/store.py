@@ -198,7 +198,7 @@ class GovernedMemoryStore:
     async def grant(self, key: ScopeKey, *, purpose: str) -> ConsentReceipt:
         """Record explicit consent for ``purpose`` under this store's policy (C1)."""
         self._servable(key)
-        if not isinstance(purpose, str) or not _PURPOSE.match(purpose):
+        if not isinstance(purpose, str) or not _PURPOSE.fullmatch(purpose):
             raise InvalidInput(ReasonCode.INVALID_ARGUMENT, field="purpose")
         p = self.policy
         row = await self._one(

@@ -1,4 +1,4 @@
-"""Identity, scope, policy and error invariants (SPEC S1-S5, CONTRACT "Identity and scope" / "Errors").
+"""Identity, scope, policy, error invariants (SPEC S1-S5; CONTRACT "Identity and scope", Errors).
 
 Pure, synchronous tests: no database.  Every invalid input carries the sentinel ``SENT`` (or a
 distinctive number) so we can prove that no error text, repr or args echoes it.
