@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import tempfile
 from pathlib import Path
+from typing import Self
 
 __all__ = ["EmbeddedPostgres", "pg_bin_dir", "pg_ctl_executable", "prepare_app_database"]
 
@@ -117,11 +118,11 @@ class EmbeddedPostgres:
             self._root = None
 
     def _run(self, *args: str) -> None:
-        done = subprocess.run([self._pg_ctl, *args], capture_output=True, timeout=120)
+        done = subprocess.run([self._pg_ctl, *args], capture_output=True, timeout=120, check=False)
         if done.returncode != 0:
             raise EmbeddedUnavailable(f"pg_ctl {args[0]} failed with exit code {done.returncode}")
 
-    def __enter__(self) -> EmbeddedPostgres:
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import itertools
 import math
 import re
 from collections.abc import Sequence
@@ -36,7 +37,7 @@ class HashingEmbedder:
     def embed_one(self, text: str) -> list[float]:
         vec = [0.0] * self.dimension
         tokens = [t.lower() for t in _TOKEN.findall(text)]
-        features = tokens + [a + " " + b for a, b in zip(tokens, tokens[1:], strict=False)]
+        features = tokens + [a + " " + b for a, b in itertools.pairwise(tokens)]
         for feature in features:
             digest = hashlib.blake2b(feature.encode("utf-8", "replace"), digest_size=8).digest()
             index = int.from_bytes(digest[:4], "big") % self.dimension

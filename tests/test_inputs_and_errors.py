@@ -124,7 +124,7 @@ async def test_bad_embeddings_refused(store, database, granted, embedding):
 
 
 async def test_database_refuses_nan_vectors_too(store, database, granted):
-    key, g = granted
+    _key, _g = granted
     with psycopg.connect(database.dsn, autocommit=True) as conn, pytest.raises(psycopg.Error) as e:
         conn.execute("SELECT '[NaN,1]'::vector")
     assert from_database_error(e.value, "save").reason is ReasonCode.INVALID_EMBEDDING
@@ -240,7 +240,7 @@ async def test_b6_sentinels_in_facts_never_reach_errors(store, database, granted
 
 async def test_b6_database_detail_never_escapes(store, database, granted):
     """PostgreSQL's DETAIL echoes row values; the mapped error drops it and the chain."""
-    key, g = granted
+    key, _g = granted
     sentinel = "SENTINEL-" + secrets.token_hex(8)
     sid = scope_uuid(database, key)
     with psycopg.connect(database.dsn, autocommit=True) as conn:

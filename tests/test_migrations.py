@@ -1,0 +1,169 @@
+"""The schema as golang-migrate files: idempotent, concurrent-safe, beside upstream's `memory`
+table (expand, don't break), reversible; the planner searches exactly within one scope."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from importlib import resources
+
+import psycopg
+import pytest
+from conftest import make_key, open_store, save, scope_uuid, vec
+
+from kagent_governed_memory import _sql
+
+PURPOSE = "personal_preferences"
+GOVERNED_TABLES = {"memory_scope", "memory_entry", "memory_audit"}
+
+# The column shape of upstream kagent's `memory` table (vector track 000001-000003), written
+# here from its documented schema so the coexistence test has old rows to protect.
+UPSTREAM_SHAPED_MEMORY = """
+CREATE TABLE memory (
+    id TEXT PRIMARY KEY DEFAULT gen_random_uuid()::text, agent_name TEXT, user_id TEXT,
+    content TEXT, embedding vector(768), metadata TEXT, created_at TIMESTAMPTZ,
+    expires_at TIMESTAMPTZ, access_count BIGINT DEFAULT 0)
+"""
+
+
+def _tables(conn: psycopg.Connection) -> set[str]:
+    rows = conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = current_schema()")
+    return {r[0] for r in rows}
+
+
+async def test_migrate_is_idempotent_and_recorded(database):
+    store = await open_store(database)
+    try:
+        assert await store.schema_version() is None
+        first = await store.migrate()
+        assert first == [m.version for m in _sql.migrations()] and first[0] == 4
+        assert await store.migrate() == []
+        assert await store.schema_version() == first[-1]
+    finally:
+        await store.close()
+    with database.admin() as conn:
+        assert GOVERNED_TABLES <= _tables(conn)
+        rows = conn.execute("SELECT version FROM governed_memory_schema_migrations ORDER BY 1")
+        assert [r[0] for r in rows] == first
+
+
+async def test_concurrent_migrations_apply_once(database):
+    stores = [await open_store(database) for _ in range(4)]
+    try:
+        results = await asyncio.gather(*(s.migrate() for s in stores))
+    finally:
+        for s in stores:
+            await s.close()
+    applied = [v for r in results for v in r]
+    assert sorted(applied) == [m.version for m in _sql.migrations()]
+
+
+async def test_beside_upstream_memory_table_and_reversible(database):
+    with psycopg.connect(database.dsn, autocommit=True) as conn:
+        conn.execute(UPSTREAM_SHAPED_MEMORY)
+        conn.execute(
+            "INSERT INTO memory (agent_name, user_id, content, embedding, metadata, created_at,"
+            " expires_at) SELECT 'kagent__NS__my_agent', '@alice:example.org', 'old ' || g,"
+            " array_fill(0.1, ARRAY[768])::vector, '{}', now(), NULL FROM generate_series(1, 5) g")
+    store = await open_store(database)
+    try:
+        await store.migrate()
+        key = make_key()
+        await store.grant(key, purpose=PURPOSE)
+        await save(store, key, "governed fact")
+    finally:
+        await store.close()
+
+    with psycopg.connect(database.dsn, autocommit=True) as conn:
+        # the old reader's query still works and never sees governed content
+        old = conn.execute("SELECT content FROM memory WHERE agent_name = %s AND user_id = %s"
+                           " ORDER BY embedding <=> array_fill(0.1, ARRAY[768])::vector LIMIT 10",
+                           ["kagent__NS__my_agent", "@alice:example.org"]).fetchall()
+        assert sorted(r[0] for r in old) == [f"old {i}" for i in range(1, 6)]
+        # roll back: down files in reverse order
+        for m in reversed(_sql.migrations()):
+            conn.execute(m.down)
+        conn.execute("DELETE FROM governed_memory_schema_migrations")
+        assert not GOVERNED_TABLES & _tables(conn)
+        assert conn.execute("SELECT count(*) FROM memory").fetchone()[0] == 5
+        assert conn.execute("SELECT count(*) FROM pg_proc WHERE proname LIKE 'memory\\_%'"
+                            ).fetchone()[0] == 0
+
+    store = await open_store(database)  # and forward again
+    try:
+        assert await store.migrate() == [m.version for m in _sql.migrations()]
+    finally:
+        await store.close()
+
+
+def test_migration_files_follow_upstream_conventions():
+    folder = resources.files("kagent_governed_memory").joinpath("sql", "migrations")
+    names = sorted(p.name for p in folder.iterdir() if p.name.endswith(".sql"))
+    assert names and all(re.fullmatch(r"\d{6}_[a-z0-9_]+\.(up|down)\.sql", n) for n in names)
+    stems = {n.rsplit(".", 2)[0] for n in names}
+    assert {f"{s}.{d}.sql" for s in stems for d in ("up", "down")} == set(names)
+    for name in names:
+        text = folder.joinpath(name).read_text()
+        code = re.sub(r"--[^\n]*", "", text)
+        for stmt in re.findall(r"\b(CREATE\s+(?:TABLE|INDEX|EXTENSION)|DROP\s+(?:TABLE|INDEX|"
+                               r"FUNCTION|POLICY|TRIGGER|EXTENSION))\b([^;]*)", code, re.I):
+            assert re.match(r"\s*IF\s+(NOT\s+)?EXISTS", stmt[1], re.I), (name, stmt[0])
+        assert not re.search(r"\b(public|pg_catalog)\.\w", code), name
+        assert "search_path" not in code.lower(), name
+        assert not re.search(r"\bCREATE\s+(FUNCTION|TRIGGER)\b", code, re.I), (
+            name, "use CREATE OR REPLACE so re-running is safe")
+
+
+def test_every_named_query_is_used_by_the_store():
+    store_src = resources.files("kagent_governed_memory").joinpath("store.py").read_text()
+    text = resources.files("kagent_governed_memory").joinpath("sql", "queries.sql").read_text()
+    names = re.findall(r"^-- name: (\w+) :(?:one|many|exec)$", text, re.M)
+    assert len(names) == len(set(names)) >= 12
+    for name in names:
+        assert f'"{name}"' in store_src, name
+        assert re.search(r"\$\d", _sql.query(name)) or name == "SweepExpiredMemory"
+
+
+async def test_search_plan_is_an_exact_scope_index_scan(store, database):
+    """The function's own inner plan (auto_explain, nested statements): an index scan on
+    (scope_id, expires_at) and a sort by distance, no sequential scan, no ANN index."""
+    keys = [make_key(f"@user{i}:example.org") for i in range(40)]
+    for i, key in enumerate(keys):
+        g = (await store.grant(key, purpose=PURPOSE)).generation
+        await store.save(key, g, facts=[f"user {i} fact {j}" for j in range(50)],
+                         embeddings=[vec(f"user {i} fact {j}") for j in range(50)])
+    target = keys[7]
+    g = await store.generation(target)
+    plans: list[str] = []
+    with database.admin() as conn:
+        conn.execute("ANALYZE memory_entry")
+        conn.add_notice_handler(lambda d: plans.append(d.message_primary or ""))
+        conn.execute("LOAD 'auto_explain'")
+        conn.execute("SET auto_explain.log_min_duration = 0")
+        conn.execute("SET auto_explain.log_nested_statements = on")
+        conn.execute("SET client_min_messages = log")
+        literal = "[" + ",".join(f"{v:.6f}" for v in vec("user 7 fact 3")) + "]"
+        rows = conn.execute(
+            "SELECT content FROM memory_search(%s,%s,%s,%s,%s,%s,%s,%s::vector,5)",
+            [target.principal.mxid, "native_local", target.agent.namespace, target.agent.name,
+             "control_room", target.scope.room_id, g, literal]).fetchall()
+        indexes = conn.execute("SELECT indexdef FROM pg_indexes WHERE tablename = 'memory_entry'"
+                               ).fetchall()
+    assert len(rows) == 5 and rows[0][0] == "user 7 fact 3"
+    plan = "\n".join(p for p in plans if "memory_entry" in p and "Sort" in p)
+    assert "idx_memory_entry_scope_expires" in plan, plans
+    assert "Seq Scan on memory_entry" not in plan
+    assert not any("hnsw" in i[0] or "ivfflat" in i[0] for i in indexes)
+    assert scope_uuid(database, target)
+
+
+@pytest.mark.parametrize("table", sorted(GOVERNED_TABLES))
+async def test_no_schema_object_holds_content_outside_memory_entry(store, database, table):
+    with database.admin() as conn:
+        cols = conn.execute("SELECT column_name FROM information_schema.columns"
+                            " WHERE table_name = %s", [table]).fetchall()
+    names = {c[0] for c in cols}
+    if table == "memory_entry":
+        assert {"content", "embedding", "expires_at", "generation"} <= names
+    else:
+        assert not names & {"content", "embedding", "text", "query", "summary", "metadata"}
