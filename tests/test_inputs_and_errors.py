@@ -278,3 +278,53 @@ async def test_schema_missing_is_a_clear_error(database):
         assert "migrate" in str(err.value)
     finally:
         await s.close()
+
+
+async def test_search_is_exact_top_k(store, granted):
+    """Against brute force over the same vectors (float32, as pgvector stores them)."""
+    import math
+    import random
+    import struct
+
+    key, g = granted
+    rng = random.Random(23)
+    facts = [f"fact {i} " + " ".join(rng.choice("abcdefghij") for _ in range(6)) for i in range(100)]
+    ids = await save(store, key, *facts, generation=g)
+
+    def f32(values):
+        return struct.unpack(f"{len(values)}f", struct.pack(f"{len(values)}f", *values))
+
+    def cosine_distance(a, b):
+        dot = sum(x * y for x, y in zip(a, b, strict=True))
+        return 1 - dot / (math.sqrt(sum(x * x for x in a)) * math.sqrt(sum(y * y for y in b)))
+
+    stored = {i: f32(vec(f)) for i, f in zip(ids, facts, strict=True)}
+    for probe in range(10):
+        query = f32(vec(" ".join(rng.choice("abcdefghij") for _ in range(4)) + f" fact {probe}"))
+        truth = sorted(stored, key=lambda i: (round(cosine_distance(stored[i], query), 6), i))
+        hits = await store.search(key, g, list(query), limit=5)
+        assert [round(h.distance, 5) for h in hits] == [
+            round(cosine_distance(stored[i], query), 5) for i in truth[:5]]
+        assert len(hits) == 5
+
+
+def test_import_and_open_change_no_global_logging(database):
+    import subprocess
+    import sys
+
+    code = (
+        "import logging, asyncio\n"
+        "before = (logging.root.level, list(logging.root.handlers))\n"
+        "import kagent_governed_memory as k\n"
+        "async def main():\n"
+        f"    s = await k.GovernedMemoryStore.open({database.dsn!r}, local_server='example.org')\n"
+        "    await s.close()\n"
+        "asyncio.run(main())\n"
+        "after = (logging.root.level, list(logging.root.handlers))\n"
+        "assert before[:2] == after, (before, after)\n"
+        "assert all(not logging.getLogger(n).handlers for n in logging.Logger.manager.loggerDict"
+        " if n.startswith('kagent_governed_memory'))\n"
+        "print('ok')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert done.stdout.strip() == "ok", done.stderr
