@@ -106,18 +106,18 @@ def test_migration_files_follow_upstream_conventions():
         text = folder.joinpath(name).read_text()
         code = re.sub(r"--[^\n]*", "", text)
         for stmt in re.findall(r"\b(CREATE\s+(?:TABLE|INDEX|EXTENSION)|DROP\s+(?:TABLE|INDEX|"
-                               r"FUNCTION|POLICY|TRIGGER|EXTENSION))\b([^;]*)", code, re.I):
-            assert re.match(r"\s*IF\s+(NOT\s+)?EXISTS", stmt[1], re.I), (name, stmt[0])
+                               r"FUNCTION|POLICY|TRIGGER|EXTENSION))\b([^;]*)", code, re.IGNORECASE):
+            assert re.match(r"\s*IF\s+(NOT\s+)?EXISTS", stmt[1], re.IGNORECASE), (name, stmt[0])
         assert not re.search(r"\b(public|pg_catalog)\.\w", code), name
         assert "search_path" not in code.lower(), name
-        assert not re.search(r"\bCREATE\s+(FUNCTION|TRIGGER)\b", code, re.I), (
+        assert not re.search(r"\bCREATE\s+(FUNCTION|TRIGGER)\b", code, re.IGNORECASE), (
             name, "use CREATE OR REPLACE so re-running is safe")
 
 
 def test_every_named_query_is_used_by_the_store():
     store_src = resources.files("kagent_governed_memory").joinpath("store.py").read_text()
     text = resources.files("kagent_governed_memory").joinpath("sql", "queries.sql").read_text()
-    names = re.findall(r"^-- name: (\w+) :(?:one|many|exec)$", text, re.M)
+    names = re.findall(r"^-- name: (\w+) :(?:one|many|exec)$", text, re.MULTILINE)
     assert len(names) == len(set(names)) >= 12
     for name in names:
         assert f'"{name}"' in store_src, name
