@@ -325,7 +325,7 @@ class GovernedMemoryStore:
         self._servable(key)
         row = await self._one("forget_all", "ClearMemoryScope", [*_key(key), True])
         if row is None:
-            return await self._nothing_stored(key)
+            return self._nothing_stored(key)
         generation, deleted = row
         generation, at = await self._verify(key, generation, None, complete=True)
         return ErasureReceipt(scope_id=key.opaque_id, generation=generation,
@@ -340,11 +340,10 @@ class GovernedMemoryStore:
         self._servable(key)
         row = await self._disable(key)
         if row is None:
-            return await self._nothing_stored(key)
-        deleted = await self._clear_and_verify(key, generation=row[1])
-        status_gen, at = deleted[1], deleted[2]
-        return ErasureReceipt(scope_id=key.opaque_id, generation=status_gen,
-                              deleted=deleted[0], verified=True, at=at)
+            return self._nothing_stored(key)
+        deleted, generation, at = await self._clear_and_verify(key, generation=row[1])
+        return ErasureReceipt(scope_id=key.opaque_id, generation=generation, deleted=deleted,
+                              verified=True, at=at)
 
     async def offboard(self, principal: Principal) -> OffboardReport:
         """Disable every scope of ``principal`` first, then clear and verify each (L2)."""
@@ -381,7 +380,8 @@ class GovernedMemoryStore:
             raise InvalidInput(ReasonCode.INVALID_IDENTITY, field="scope_key")
         key.require_servable(self._local_server)
 
-    async def _nothing_stored(self, key: ScopeKey) -> ErasureReceipt:
+    @staticmethod
+    def _nothing_stored(key: ScopeKey) -> ErasureReceipt:
         return ErasureReceipt(scope_id=key.opaque_id, generation=None, deleted=0, verified=True,
                               at=datetime.now(UTC))
 
