@@ -26,6 +26,7 @@ __all__ = [
     "ScopeDenied",
     "StaleGeneration",
     "StoreUnavailable",
+    "ProviderError",
     "from_database_error",
 ]
 
@@ -56,8 +57,23 @@ class ReasonCode(StrEnum):
     INVALID_LIMIT = "invalid_limit"
     INVALID_POLICY = "invalid_policy"
     INVALID_ARGUMENT = "invalid_argument"
-    # admission
+    # per-request scope binding (S6)
+    ASSERTION_MISSING = "assertion_missing"
+    ASSERTION_INVALID = "assertion_invalid"
+    ASSERTION_EXPIRED = "assertion_expired"
+    AGENT_MISMATCH = "agent_mismatch"
+    AUDIENCE_DENIED = "audience_denied"
+    # admission (A1-A3)
     ADMISSION_DENIED = "admission_denied"
+    RATE_LIMITED = "rate_limited"
+    BUDGET_EXHAUSTED = "budget_exhausted"
+    # model and embedding work
+    EMBEDDING_FAILED = "embedding_failed"
+    MODEL_FAILED = "model_failed"
+    NO_SUMMARISER = "no_summariser"
+    SUMMARY_MALFORMED = "summary_malformed"
+    SUMMARY_TOO_MANY_FACTS = "summary_too_many_facts"
+    NOTHING_TO_SAVE = "nothing_to_save"
     # erasure
     ERASURE_FAILED = "erasure_failed"
     VERIFICATION_FAILED = "verification_failed"
@@ -77,6 +93,8 @@ _DEFAULT_HINT: dict[ReasonCode, str] = {
     ReasonCode.CONSENT_CONFLICT: "consent exists with another purpose or policy; withdraw() first",
     ReasonCode.STORE_UNAVAILABLE: "the database could not be reached; retry later",
     ReasonCode.SCHEMA_OUTDATED: "the governed schema is missing or old; run migrate()",
+    ReasonCode.ASSERTION_EXPIRED: "the scope assertion has expired; the bridge must sign a new one",
+    ReasonCode.ASSERTION_INVALID: "the scope assertion is malformed or its signature is wrong",
 }
 
 
@@ -162,6 +180,12 @@ class ErasureFailed(GovernanceError):
 
 class StoreUnavailable(GovernanceError):
     default_reason = ReasonCode.STORE_UNAVAILABLE
+
+
+class ProviderError(GovernanceError):
+    """A model or embedding provider failed; its response body is never kept."""
+
+    default_reason = ReasonCode.EMBEDDING_FAILED
 
 
 # SQLSTATEs raised by the governed schema (class "KG"; see sql/migrations) and the standard
