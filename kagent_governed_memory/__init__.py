@@ -34,13 +34,39 @@ from .models import (
     ScopeOutcome,
     ScopeStatus,
 )
+from .admission import Admission
+from .assertion import ScopeAssertion, sign_scope_assertion, verify_scope_assertion
+from .embedding import Embedder, HashingEmbedder, OpenAICompatibleEmbedder
 from .policy import PROTOTYPE_POLICY, MemoryPolicy
+from .request import memory_request
 from .store import EMBEDDING_DIMENSION, GovernedMemoryStore
 
 __version__ = "0.1.0"
 
+# google-adk is imported on first use of these names, not by ``import kagent_governed_memory``
+# (it is heavy, and the store, CLI and bridge-side code do not need it).
+_ADK_NAMES = {"GovernedMemoryService", "configure_governed_memory"}
+
+
+def __getattr__(name: str):
+    if name in _ADK_NAMES:
+        from . import adk
+
+        return getattr(adk, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 __all__ = [
     "EMBEDDING_DIMENSION",
+    "Admission",
+    "Embedder",
+    "GovernedMemoryService",
+    "HashingEmbedder",
+    "OpenAICompatibleEmbedder",
+    "ScopeAssertion",
+    "configure_governed_memory",
+    "memory_request",
+    "sign_scope_assertion",
+    "verify_scope_assertion",
     "PROTOTYPE_POLICY",
     "AdmissionDenied",
     "AgentIdentity",

@@ -131,6 +131,11 @@ class GovernedMemoryStore:
     def __repr__(self) -> str:
         return f"GovernedMemoryStore(policy={self.policy.version!r})"
 
+    @property
+    def local_server(self) -> str:
+        """The local homeserver: the only server whose native principals are served (S5)."""
+        return self._local_server
+
     async def _configure(self, conn: psycopg.AsyncConnection) -> None:
         await self._register_vector(conn)
 

@@ -49,3 +49,6 @@ SELECT memory_record_failure($1, $2, $3, $4, $5, $6, $7);
 
 -- name: SweepExpiredMemory :one
 SELECT memory_sweep() AS deleted;
+
+-- name: AdmitMemoryWork :one
+SELECT memory_admit($1, $2, $3, $4, $5, $6) AS refused;

@@ -1,0 +1,367 @@
+"""``GovernedMemoryService``: a google-adk ``BaseMemoryService`` over the governed store.
+
+Every operation follows one path (ARCHITECTURE.md): request binding verified → key resolved
+(S4, S5) → generation captured once per request (C3) → admission (A1) → model/embedding work →
+fenced SQL.  Any "no" on that path means *no memory* for this request, with a content-free
+reason counted; the chat itself never sees an error from here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from google.adk.memory.base_memory_service import BaseMemoryService, SearchMemoryResponse
+from google.adk.memory.memory_entry import MemoryEntry
+from google.genai import types
+
+from ..admission import Admission
+from ..embedding import Embedder
+from ..errors import GovernanceError, InvalidInput, ReasonCode
+from ..identity import AgentIdentity, ScopeKey
+from ..metering import Metering, Operation
+from ..models import MemoryRecord
+from ..request import RequestBinding, current_request
+from ..store import GovernedMemoryStore, _check_fact
+from .callbacks import current_turn_events, event_line
+from .summariser import summarise
+
+if TYPE_CHECKING:
+    from google.adk.events.event import Event
+    from google.adk.models.base_llm import BaseLlm
+    from google.adk.sessions.session import Session
+    from opentelemetry.metrics import MeterProvider
+
+__all__ = ["GovernedMemoryService", "Admitted", "SaveOutcome"]
+
+_log = logging.getLogger("kagent_governed_memory.adk")
+
+
+@dataclass(frozen=True)
+class Admitted:
+    """A request that may use memory: its key and the generation captured at admission."""
+
+    key: ScopeKey
+    generation: int
+
+
+@dataclass(frozen=True)
+class SaveOutcome:
+    saved: tuple[str, ...] = ()
+    reason: ReasonCode | None = None
+    dropped: int = 0
+
+
+class GovernedMemoryService(BaseMemoryService):
+    """Governed memory for one running agent.
+
+    ``agent`` is the exact agent this runtime serves; a request whose signed assertion names
+    another agent, another room or an audience beyond the local homeserver gets no memory.
+    ``summariser`` is the model used for auto-save (usually the agent's own); without one,
+    auto-save stores nothing — the raw transcript is never stored.
+    """
+
+    def __init__(
+        self,
+        store: GovernedMemoryStore,
+        *,
+        agent: AgentIdentity,
+        embedder: Embedder,
+        summariser: BaseLlm | None = None,
+        admission: Admission | None = None,
+        meter_provider: MeterProvider | None = None,
+    ) -> None:
+        if not isinstance(agent, AgentIdentity):
+            raise InvalidInput(ReasonCode.INVALID_IDENTITY, field="agent")
+        if getattr(embedder, "dimension", None) != 768:
+            raise InvalidInput(ReasonCode.INVALID_EMBEDDING, field="embedder")
+        self.store = store
+        self.agent = agent
+        self.embedder = embedder
+        self.summariser = summariser
+        self.admission = admission or Admission(store)
+        self.metering = Metering(meter_provider)
+        self._tasks: dict[asyncio.Task[Any], str] = {}
+
+    # -- the request path -----------------------------------------------------------------
+
+    async def admitted(self) -> Admitted | None:
+        """This request's key and captured generation, or ``None`` (reason counted)."""
+        who = await self.resolve()
+        return who if isinstance(who, Admitted) else None
+
+    async def resolve(self) -> Admitted | ReasonCode:
+        """Like ``admitted`` but says why memory is absent (a content-free code)."""
+        binding = current_request()
+        reason = await self._check(binding)
+        if binding is not None and not binding.counted:
+            binding.counted = True
+            self.metering.count(Operation.REQUEST, reason or "ok")
+        elif binding is None:
+            self.metering.count(Operation.REQUEST, ReasonCode.ASSERTION_MISSING)
+        if reason is not None:
+            return reason
+        assert binding is not None and binding.assertion is not None
+        return Admitted(binding.assertion.key, binding.generation)  # type: ignore[arg-type]
+
+    async def _check(self, binding: RequestBinding | None) -> ReasonCode | None:
+        if binding is None:
+            return ReasonCode.ASSERTION_MISSING
+        if binding.assertion is None:
+            return binding.reason or ReasonCode.ASSERTION_MISSING
+        a = binding.assertion
+        if a.agent != self.agent:
+            return ReasonCode.AGENT_MISMATCH
+        if binding.room_id is not None and binding.room_id != a.room_id:
+            return ReasonCode.SCOPE_MISMATCH
+        if set(a.audience) != {self.store.local_server}:
+            return ReasonCode.AUDIENCE_DENIED
+        key = a.key
+        try:
+            key.require_servable(self.store.local_server)
+        except GovernanceError as exc:
+            return exc.reason
+        async with binding.lock:
+            if not binding.captured:
+                try:
+                    binding.generation = await self.store.generation(key)
+                except GovernanceError as exc:
+                    return exc.reason  # not cached: a later operation may retry
+                binding.captured = True
+        if binding.generation is None:
+            return ReasonCode.CONSENT_REQUIRED
+        return None
+
+    async def _admit(self, who: Admitted, operation: Operation, *, units: int,
+                     explicit: bool = False) -> bool:
+        try:
+            await self.admission.admit(who.key, units=units, explicit=explicit)
+        except GovernanceError as exc:
+            self.metering.count(operation, exc.reason)
+            return False
+        return True
+
+    async def _embed(self, texts: list[str], operation: Operation) -> list[list[float]] | None:
+        try:
+            vectors = await self.embedder.embed(texts)
+        except GovernanceError as exc:
+            self.metering.count(operation, exc.reason)
+            return None
+        self.metering.embedded(len(texts))
+        return vectors
+
+    # -- retrieval --------------------------------------------------------------------------
+
+    async def retrieve(self, query: str, *, explicit: bool = True) -> list[MemoryRecord] | None:
+        """Fenced search for this request; ``None`` when memory is absent or refused."""
+        who = await self.admitted()
+        if who is None:
+            return None
+        query = _bounded_query(query, self.store.policy.prefetch_subquery_max_bytes)
+        if not query:
+            self.metering.count(Operation.RETRIEVE, ReasonCode.INVALID_TEXT)
+            return None
+        if not await self._admit(who, Operation.RETRIEVE, units=2, explicit=explicit):
+            return None
+        vectors = await self._embed([query], Operation.RETRIEVE)
+        if vectors is None:
+            return None
+        try:
+            hits = await self.store.search(who.key, who.generation, vectors[0],
+                                           limit=self.store.policy.search_limit)
+        except GovernanceError as exc:
+            self.metering.count(Operation.RETRIEVE, exc.reason)
+            return None
+        self.metering.count(Operation.RETRIEVE)
+        return hits
+
+    async def prefetch(self, queries: Sequence[str]) -> list[MemoryRecord]:
+        """A new session's prefetch: at most ``prefetch_max_subqueries`` sub-queries of at most
+        ``prefetch_subquery_max_bytes`` each, admitted together before one embedding call."""
+        policy = self.store.policy
+        bounded = [q for q in (_bounded_query(q, policy.prefetch_subquery_max_bytes)
+                               for q in queries) if q][: policy.prefetch_max_subqueries]
+        if not bounded:
+            return []
+        who = await self.admitted()
+        if who is None:
+            return []
+        if not await self._admit(who, Operation.PREFETCH, units=2 * len(bounded)):
+            return []
+        vectors = await self._embed(bounded, Operation.PREFETCH)
+        if vectors is None:
+            return []
+        seen: dict[str, MemoryRecord] = {}
+        for vector in vectors:
+            try:
+                hits = await self.store.search(who.key, who.generation, vector,
+                                               limit=policy.search_limit)
+            except GovernanceError as exc:
+                self.metering.count(Operation.PREFETCH, exc.reason)
+                return []
+            for hit in hits:
+                seen.setdefault(hit.id, hit)
+        self.metering.count(Operation.PREFETCH, n=len(bounded))
+        return list(seen.values())
+
+    # -- saving -------------------------------------------------------------------------------
+
+    async def save_facts(self, facts: Sequence[str], *, explicit: bool = True) -> SaveOutcome:
+        """Explicit save: admitted (one operation + one unit per embedded fact), embedded,
+        then stored under the generation captured at admission — all or nothing."""
+        who = await self.resolve()
+        if not isinstance(who, Admitted):
+            return SaveOutcome(reason=who)
+        facts = [f.strip() for f in facts if isinstance(f, str) and f.strip()]
+        if not facts:
+            return SaveOutcome(reason=ReasonCode.NOTHING_TO_SAVE)
+        if not await self._admit(who, Operation.SAVE, units=1 + len(facts), explicit=explicit):
+            return SaveOutcome(reason=ReasonCode.ADMISSION_DENIED)
+        return await self._store_facts(who, facts, Operation.SAVE)
+
+    async def _store_facts(self, who: Admitted, facts: list[str], op: Operation) -> SaveOutcome:
+        try:
+            for fact in facts:  # cheap refusal before paying for embeddings
+                _check_fact(fact, self.store.policy.fact_max_bytes)
+        except GovernanceError as exc:
+            self.metering.count(op, exc.reason)
+            return SaveOutcome(reason=exc.reason)
+        vectors = await self._embed(facts, op)
+        if vectors is None:
+            return SaveOutcome(reason=ReasonCode.EMBEDDING_FAILED)
+        try:
+            ids = await self.store.save(who.key, who.generation, facts=facts, embeddings=vectors)
+        except GovernanceError as exc:
+            self.metering.count(op, exc.reason)
+            return SaveOutcome(reason=exc.reason)
+        self.metering.count(op, n=len(ids))
+        return SaveOutcome(saved=tuple(ids))
+
+    async def autosave(self, who: Admitted, lines: list[str]) -> SaveOutcome:
+        """Summarise eligible turns (C6) and store the facts under ``who.generation``.
+
+        Admission comes first for the summarisation, then for the embedded facts; a failed or
+        malformed summary stores nothing.  The database fence refuses the save if consent was
+        withdrawn meanwhile, whatever this task believes.
+        """
+        if self.summariser is None:
+            self.metering.count(Operation.SUMMARISE, ReasonCode.NO_SUMMARISER)
+            return SaveOutcome(reason=ReasonCode.NO_SUMMARISER)
+        if not lines:
+            return SaveOutcome(reason=ReasonCode.NOTHING_TO_SAVE)
+        if not await self._admit(who, Operation.SUMMARISE, units=1):
+            return SaveOutcome(reason=ReasonCode.ADMISSION_DENIED)
+        try:
+            summary = await summarise(self.summariser, lines, self.store.policy)
+        except GovernanceError as exc:
+            self.metering.count(Operation.SUMMARISE, exc.reason)
+            return SaveOutcome(reason=exc.reason)
+        self.metering.count(Operation.SUMMARISE, summary.reason or "ok")
+        if summary.reason is not None:
+            _log.info("autosave stored nothing reason=%s dropped=%d",
+                      summary.reason.value, summary.dropped)
+            return SaveOutcome(reason=summary.reason, dropped=summary.dropped)
+        if not await self._admit(who, Operation.SAVE, units=len(summary.facts)):
+            return SaveOutcome(reason=ReasonCode.ADMISSION_DENIED, dropped=summary.dropped)
+        outcome = await self._store_facts(who, summary.facts, Operation.SAVE)
+        return SaveOutcome(outcome.saved, outcome.reason, summary.dropped)
+
+    def schedule_autosave(self, who: Admitted, lines: list[str]) -> asyncio.Task[SaveOutcome]:
+        """Run ``autosave`` in the background, tracked so ``withdraw`` can cancel it."""
+        task = asyncio.get_running_loop().create_task(self.autosave(who, lines))
+        self._tasks[task] = who.key.opaque_id
+        task.add_done_callback(self._tasks.pop)  # type: ignore[arg-type]
+        return task
+
+    async def drain(self) -> None:
+        """Wait for every background auto-save (tests, graceful shutdown)."""
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+    async def withdraw(self, key: ScopeKey):
+        """Cancel this key's pending auto-saves, then withdraw in the store (C4).  Cancelling
+        is a courtesy: the generation fence is what guarantees nothing lands afterwards."""
+        pending = [t for t, k in list(self._tasks.items()) if k == key.opaque_id]
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+        return await self.store.withdraw(key)
+
+    async def aclose(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+    # -- google-adk BaseMemoryService ---------------------------------------------------------
+
+    async def search_memory(self, *, app_name: str, user_id: str, query: str
+                            ) -> SearchMemoryResponse:
+        del app_name, user_id  # attribution only; the key comes from the request binding
+        hits = await self.retrieve(query, explicit=True) or []
+        return SearchMemoryResponse(memories=[_entry(h) for h in hits])
+
+    async def add_memory(self, *, app_name: str, user_id: str, memories: Sequence[MemoryEntry],
+                         custom_metadata: Mapping[str, object] | None = None) -> None:
+        del app_name, user_id, custom_metadata
+        facts = [_text(m.content) for m in memories]
+        await self.save_facts([f for f in facts if f], explicit=True)
+
+    async def add_session_to_memory(self, session: Session) -> None:
+        """ADK's generic hook (``ctx.add_session_to_memory()``): summarises only the turn in
+        flight — never the whole session, never turns from before this request (C6)."""
+        who = await self.admitted()
+        if who is None:
+            return
+        lines = [event_line(e) for e in current_turn_events(session)]
+        if lines:
+            self.schedule_autosave(who, lines)
+
+    async def add_events_to_memory(self, *, app_name: str, user_id: str, events: Sequence[Event],
+                                   session_id: str | None = None,
+                                   custom_metadata: Mapping[str, object] | None = None) -> None:
+        del app_name, user_id, session_id, custom_metadata
+        who = await self.admitted()
+        if who is None:
+            return
+        lines = [line for line in (event_line(e) for e in events) if line]
+        if lines:
+            await self.autosave(who, lines)
+
+    async def delete_memory(self, *, app_name: str, user_id: str,
+                            memory_id: str | None = None) -> None:
+        del app_name, user_id
+        who = await self.admitted()
+        if who is None or not memory_id:
+            return
+        try:
+            await self.store.forget(who.key, memory_id)
+        except GovernanceError as exc:
+            self.metering.count(Operation.DELETE, exc.reason)
+            return
+        self.metering.count(Operation.DELETE)
+
+
+def _entry(record: MemoryRecord) -> MemoryEntry:
+    return MemoryEntry(
+        id=record.id,
+        content=types.Content(role="user", parts=[types.Part(text=record.text)]),
+        timestamp=record.created_at.isoformat(),
+    )
+
+
+def _text(content: types.Content | None) -> str:
+    if content is None or not content.parts:
+        return ""
+    return " ".join(p.text for p in content.parts if p.text).strip()
+
+
+def _bounded_query(query: object, max_bytes: int) -> str:
+    """Queries are never stored, so an over-long one is cut (on a UTF-8 boundary), not refused."""
+    if not isinstance(query, str):
+        return ""
+    raw = query.replace("\x00", " ").strip().encode("utf-8", "ignore")[:max_bytes]
+    return raw.decode("utf-8", "ignore").strip()
+

@@ -1,0 +1,3 @@
+-- Reverts 000006: cost admission buckets.
+DROP FUNCTION IF EXISTS memory_admit(TEXT[], DOUBLE PRECISION[], DOUBLE PRECISION[], DOUBLE PRECISION[], DOUBLE PRECISION[], TIMESTAMPTZ);
+DROP TABLE IF EXISTS memory_admission_bucket;

@@ -1,0 +1,67 @@
+-- Cost admission (ADR 0023 §42, SPEC A1-A3): token buckets in the database, so every replica
+-- and every restart shares them.  A bucket name is an opaque key ("scope:<id>", "sender:<id>"),
+-- never an identity or content.  Admission is consulted before any model or embedding work.
+
+CREATE TABLE IF NOT EXISTS memory_admission_bucket (
+    bucket      TEXT             PRIMARY KEY,
+    tokens      DOUBLE PRECISION NOT NULL,
+    updated_at  TIMESTAMPTZ      NOT NULL,
+    CONSTRAINT memory_admission_bucket_name CHECK (bucket ~ '^[a-z]+:[A-Za-z0-9_.-]{1,128}$')
+);
+
+-- Consume p_costs[i] from every bucket p_buckets[i] (capacity p_capacities[i], refilled by
+-- p_refill[i] tokens every p_period_seconds[i]) all-or-nothing.  Returns 0 when admitted,
+-- else the 1-based index of the first bucket that refused (nothing is consumed then).
+-- Buckets are locked in name order, so concurrent admissions cannot deadlock.  p_now NULL
+-- means the database clock (shared by all replicas); tests pass an explicit instant.
+CREATE OR REPLACE FUNCTION memory_admit(
+    p_buckets TEXT[], p_costs DOUBLE PRECISION[], p_capacities DOUBLE PRECISION[],
+    p_refill DOUBLE PRECISION[], p_period_seconds DOUBLE PRECISION[], p_now TIMESTAMPTZ)
+RETURNS INTEGER
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    t       TIMESTAMPTZ := coalesce(p_now, now());
+    n       INTEGER := coalesce(cardinality(p_buckets), 0);
+    b       memory_admission_bucket%ROWTYPE;
+    avail   DOUBLE PRECISION[] := ARRAY[]::DOUBLE PRECISION[];
+    stamp   TIMESTAMPTZ[] := ARRAY[]::TIMESTAMPTZ[];
+    refused INTEGER := 0;
+BEGIN
+    IF n = 0 OR n > 8
+       OR cardinality(p_costs) IS DISTINCT FROM n OR cardinality(p_capacities) IS DISTINCT FROM n
+       OR cardinality(p_refill) IS DISTINCT FROM n
+       OR cardinality(p_period_seconds) IS DISTINCT FROM n THEN
+        RAISE EXCEPTION 'invalid_argument' USING ERRCODE = '22023';
+    END IF;
+    FOR i IN 1..n LOOP
+        IF p_costs[i] < 0 OR p_capacities[i] <= 0 OR p_refill[i] < 0
+           OR p_period_seconds[i] <= 0 THEN
+            RAISE EXCEPTION 'invalid_argument' USING ERRCODE = '22023';
+        END IF;
+    END LOOP;
+    INSERT INTO memory_admission_bucket (bucket, tokens, updated_at)
+    SELECT u.bucket, u.capacity, t FROM unnest(p_buckets, p_capacities) AS u(bucket, capacity)
+    ON CONFLICT (bucket) DO NOTHING;
+    PERFORM 1 FROM memory_admission_bucket WHERE bucket = ANY (p_buckets)
+     ORDER BY bucket FOR UPDATE;
+    FOR i IN 1..n LOOP
+        SELECT * INTO b FROM memory_admission_bucket WHERE bucket = p_buckets[i];
+        avail := avail || least(
+            p_capacities[i],
+            b.tokens + greatest(0, extract(epoch FROM t - b.updated_at)::DOUBLE PRECISION)
+                       * p_refill[i] / p_period_seconds[i]);
+        stamp := stamp || greatest(b.updated_at, t);
+        IF refused = 0 AND avail[i] + 1e-9 < p_costs[i] THEN
+            refused := i;
+        END IF;
+    END LOOP;
+    IF refused = 0 THEN
+        FOR i IN 1..n LOOP
+            UPDATE memory_admission_bucket
+               SET tokens = avail[i] - p_costs[i], updated_at = stamp[i]
+             WHERE bucket = p_buckets[i];
+        END LOOP;
+    END IF;
+    RETURN refused;
+END
+$$;
