@@ -7,6 +7,9 @@ be erased and the erasure verified; no log, trace, metric or error carries memor
 Importing this package changes no global logging or tracing configuration.
 """
 
+from .admission import Admission
+from .assertion import ScopeAssertion, sign_scope_assertion, verify_scope_assertion
+from .embedding import Embedder, HashingEmbedder, OpenAICompatibleEmbedder
 from .errors import (
     AdmissionDenied,
     ConsentConflict,
@@ -34,9 +37,6 @@ from .models import (
     ScopeOutcome,
     ScopeStatus,
 )
-from .admission import Admission
-from .assertion import ScopeAssertion, sign_scope_assertion, verify_scope_assertion
-from .embedding import Embedder, HashingEmbedder, OpenAICompatibleEmbedder
 from .policy import PROTOTYPE_POLICY, MemoryPolicy
 from .request import memory_request
 from .store import EMBEDDING_DIMENSION, GovernedMemoryStore
@@ -57,29 +57,23 @@ def __getattr__(name: str):
 
 __all__ = [
     "EMBEDDING_DIMENSION",
-    "Admission",
-    "Embedder",
-    "GovernedMemoryService",
-    "HashingEmbedder",
-    "OpenAICompatibleEmbedder",
-    "ScopeAssertion",
-    "configure_governed_memory",
-    "memory_request",
-    "sign_scope_assertion",
-    "verify_scope_assertion",
     "PROTOTYPE_POLICY",
+    "Admission",
     "AdmissionDenied",
     "AgentIdentity",
     "ConsentConflict",
     "ConsentReceipt",
     "ConsentRequired",
+    "Embedder",
     "EntryCapReached",
     "ErasureFailed",
     "ErasureReceipt",
     "FactTooLarge",
     "ForgetReceipt",
     "GovernanceError",
+    "GovernedMemoryService",
     "GovernedMemoryStore",
+    "HashingEmbedder",
     "InspectPage",
     "InvalidIdentity",
     "InvalidInput",
@@ -87,10 +81,12 @@ __all__ = [
     "MemoryRecord",
     "MemoryScope",
     "OffboardReport",
+    "OpenAICompatibleEmbedder",
     "OriginKind",
-    "ProviderError",
     "Principal",
+    "ProviderError",
     "ReasonCode",
+    "ScopeAssertion",
     "ScopeDenied",
     "ScopeKey",
     "ScopeKind",
@@ -98,4 +94,8 @@ __all__ = [
     "ScopeStatus",
     "StaleGeneration",
     "StoreUnavailable",
+    "configure_governed_memory",
+    "memory_request",
+    "sign_scope_assertion",
+    "verify_scope_assertion",
 ]

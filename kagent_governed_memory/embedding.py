@@ -107,9 +107,9 @@ class OpenAICompatibleEmbedder:
     async def embed(self, texts: Sequence[str]) -> list[list[float]]:
         """One vector per text, in order; sent in batches of at most ``max_batch``."""
         # A bare string would be embedded character by character, one paid item each.
-        if isinstance(texts, str) or not all(isinstance(t, str) for t in texts):
+        items = [] if isinstance(texts, str) else list(texts)
+        if isinstance(texts, str) or not all(isinstance(t, str) for t in items):
             raise InvalidInput(ReasonCode.INVALID_TEXT, operation="embed")
-        items = list(texts)
         vectors: list[list[float]] = []
         for start in range(0, len(items), self._max_batch):
             vectors.extend(await self._embed_batch(items[start:start + self._max_batch]))

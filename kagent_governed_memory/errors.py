@@ -22,11 +22,11 @@ __all__ = [
     "GovernanceError",
     "InvalidIdentity",
     "InvalidInput",
+    "ProviderError",
     "ReasonCode",
     "ScopeDenied",
     "StaleGeneration",
     "StoreUnavailable",
-    "ProviderError",
     "from_database_error",
 ]
 

@@ -11,6 +11,8 @@ import sys
 
 from conftest import make_key, open_store, save
 
+from kagent_governed_memory import _sql
+
 PURPOSE = "personal_preferences"
 
 
@@ -41,7 +43,7 @@ async def test_operator_commands_are_content_free(database):
     secret = "SENTINEL-" + secrets.token_hex(8)
     migrate = run("migrate", "--dsn", database.dsn, "--json")
     assert migrate.returncode == 0, migrate.stderr
-    assert json.loads(migrate.stdout)["applied"] == [4, 5]
+    assert json.loads(migrate.stdout)["applied"] == [m.version for m in _sql.migrations()]
     store = await open_store(database)
     key = make_key()
     try:

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
     from .service import Admitted, GovernedMemoryService
 
-__all__ = ["STATE_KEY", "event_line", "eligible_events", "make_autosave_callback"]
+__all__ = ["STATE_KEY", "eligible_events", "event_line", "make_autosave_callback"]
 
 STATE_KEY = "kgm_autosave"
 
@@ -67,7 +67,7 @@ def make_autosave_callback(service: GovernedMemoryService):
     async def governed_autosave_callback(callback_context: CallbackContext) -> None:
         who = await service.admitted()
         if who is None:
-            return None
+            return
         session = callback_context.session
         checkpoint = _checkpoint(callback_context.state.get(STATE_KEY), who, session,
                                  callback_context.invocation_id)
@@ -77,7 +77,7 @@ def make_autosave_callback(service: GovernedMemoryService):
             service.schedule_autosave(who, [event_line(e) for e in pending])
             checkpoint["last"] = max(e.timestamp for e in pending)
         callback_context.state[STATE_KEY] = checkpoint
-        return None
+        return
 
     return governed_autosave_callback
 

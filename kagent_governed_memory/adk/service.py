@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from google.adk.sessions.session import Session
     from opentelemetry.metrics import MeterProvider
 
-__all__ = ["GovernedMemoryService", "Admitted", "SaveOutcome"]
+__all__ = ["Admitted", "GovernedMemoryService", "SaveOutcome"]
 
 _log = logging.getLogger("kagent_governed_memory.adk")
 
