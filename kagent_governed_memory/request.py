@@ -18,7 +18,10 @@ from datetime import datetime
 from .assertion import ScopeAssertion, verify_scope_assertion
 from .errors import GovernanceError, ReasonCode
 
-__all__ = ["RequestBinding", "current_request", "memory_request"]
+__all__ = ["ASSERTION_HEADER", "RequestBinding", "current_request", "memory_request"]
+
+# The A2A request header that carries the bridge-signed assertion to the agent runtime.
+ASSERTION_HEADER = "x-kagent-memory-scope"
 
 
 @dataclass
