@@ -74,6 +74,8 @@ class ReasonCode(StrEnum):
     SUMMARY_MALFORMED = "summary_malformed"
     SUMMARY_TOO_MANY_FACTS = "summary_too_many_facts"
     NOTHING_TO_SAVE = "nothing_to_save"
+    # telemetry
+    SPAN_CONTENT_CAPTURE = "span_content_capture"
     # erasure
     ERASURE_FAILED = "erasure_failed"
     VERIFICATION_FAILED = "verification_failed"
@@ -93,6 +95,8 @@ _DEFAULT_HINT: dict[ReasonCode, str] = {
     ReasonCode.CONSENT_CONFLICT: "consent exists with another purpose or policy; withdraw() first",
     ReasonCode.STORE_UNAVAILABLE: "the database could not be reached; retry later",
     ReasonCode.SCHEMA_OUTDATED: "the governed schema is missing or old; run migrate()",
+    ReasonCode.SPAN_CONTENT_CAPTURE: "google-adk captures message content in spans; set "
+    "ADK_CAPTURE_MESSAGE_CONTENT_IN_SPANS=false",
     ReasonCode.ASSERTION_EXPIRED: "the scope assertion has expired; the bridge must sign a new one",
     ReasonCode.ASSERTION_INVALID: "the scope assertion is malformed or its signature is wrong",
 }

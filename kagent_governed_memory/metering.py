@@ -10,11 +10,13 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from opentelemetry import metrics
+from opentelemetry import metrics, trace
 
 from .errors import ReasonCode
 
-__all__ = ["Metering", "Operation"]
+__all__ = ["Metering", "Operation", "traced"]
+
+_tracer = trace.get_tracer("kagent_governed_memory")
 
 
 class Operation(StrEnum):
@@ -44,7 +46,29 @@ class Metering:
     def count(self, operation: Operation, outcome: ReasonCode | str = "ok", n: int = 1) -> None:
         value = outcome.value if isinstance(outcome, ReasonCode) else "ok"
         self._operations.add(n, {"operation": operation.value, "outcome": value})
+        span = trace.get_current_span()
+        if span.is_recording() and getattr(span, "name", "").startswith("kgm."):
+            span.set_attributes({"kgm.outcome": value, "kgm.count": n})
 
     def embedded(self, n: int) -> None:
         if n > 0:
             self._items.add(n, {"operation": Operation.EMBED.value, "outcome": "ok"})
+
+
+def traced(operation: Operation):
+    """Run a coroutine method inside a ``kgm.memory.<operation>`` span whose only attributes
+    are the operation, its outcome and a count (set by ``Metering.count``)."""
+    import functools
+
+    def wrap(fn):
+        @functools.wraps(fn)
+        async def run(*args, **kwargs):
+            with _tracer.start_as_current_span(
+                f"kgm.memory.{operation.value}", attributes={"kgm.operation": operation.value},
+                record_exception=False, set_status_on_exception=False,
+            ):
+                return await fn(*args, **kwargs)
+
+        return run
+
+    return wrap

@@ -22,10 +22,11 @@ from ..admission import Admission
 from ..embedding import Embedder
 from ..errors import GovernanceError, InvalidInput, ReasonCode
 from ..identity import AgentIdentity, ScopeKey
-from ..metering import Metering, Operation
+from ..metering import Metering, Operation, traced
 from ..models import MemoryRecord
 from ..request import RequestBinding, current_request
 from ..store import GovernedMemoryStore, _check_fact
+from ..telemetry import check_adk_span_content
 from .callbacks import current_turn_events, event_line
 from .summariser import summarise
 
@@ -73,6 +74,7 @@ class GovernedMemoryService(BaseMemoryService):
         summariser: BaseLlm | None = None,
         admission: Admission | None = None,
         meter_provider: MeterProvider | None = None,
+        span_content: str = "warn",
     ) -> None:
         if not isinstance(agent, AgentIdentity):
             raise InvalidInput(ReasonCode.INVALID_IDENTITY, field="agent")
@@ -85,6 +87,7 @@ class GovernedMemoryService(BaseMemoryService):
         self.admission = admission or Admission(store)
         self.metering = Metering(meter_provider)
         self._tasks: dict[asyncio.Task[Any], str] = {}
+        check_adk_span_content(span_content)  # "warn" | "refuse" | "ignore"
 
     # -- the request path -----------------------------------------------------------------
 
@@ -155,6 +158,7 @@ class GovernedMemoryService(BaseMemoryService):
 
     # -- retrieval --------------------------------------------------------------------------
 
+    @traced(Operation.RETRIEVE)
     async def retrieve(self, query: str, *, explicit: bool = True) -> list[MemoryRecord] | None:
         """Fenced search for this request; ``None`` when memory is absent or refused."""
         who = await self.admitted()
@@ -178,6 +182,7 @@ class GovernedMemoryService(BaseMemoryService):
         self.metering.count(Operation.RETRIEVE)
         return hits
 
+    @traced(Operation.PREFETCH)
     async def prefetch(self, queries: Sequence[str]) -> list[MemoryRecord]:
         """A new session's prefetch: at most ``prefetch_max_subqueries`` sub-queries of at most
         ``prefetch_subquery_max_bytes`` each, admitted together before one embedding call."""
@@ -209,6 +214,7 @@ class GovernedMemoryService(BaseMemoryService):
 
     # -- saving -------------------------------------------------------------------------------
 
+    @traced(Operation.SAVE)
     async def save_facts(self, facts: Sequence[str], *, explicit: bool = True) -> SaveOutcome:
         """Explicit save: admitted (one operation + one unit per embedded fact), embedded,
         then stored under the generation captured at admission — all or nothing."""
@@ -240,6 +246,7 @@ class GovernedMemoryService(BaseMemoryService):
         self.metering.count(op, n=len(ids))
         return SaveOutcome(saved=tuple(ids))
 
+    @traced(Operation.SUMMARISE)
     async def autosave(self, who: Admitted, lines: list[str]) -> SaveOutcome:
         """Summarise eligible turns (C6) and store the facts under ``who.generation``.
 
@@ -330,6 +337,7 @@ class GovernedMemoryService(BaseMemoryService):
         if lines:
             await self.autosave(who, lines)
 
+    @traced(Operation.DELETE)
     async def delete_memory(self, *, app_name: str, user_id: str,
                             memory_id: str | None = None) -> None:
         del app_name, user_id
