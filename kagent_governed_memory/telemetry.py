@@ -268,11 +268,15 @@ class ContentFreeSpanProcessor:
 
 def check_adk_span_content(mode: str = "warn") -> bool:
     """google-adk writes tool arguments and responses (``load_memory`` queries, retrieved
-    facts) into span attributes unless ``ADK_CAPTURE_MESSAGE_CONTENT_IN_SPANS`` is false.
-    Returns True when it is disabled; otherwise warns (content-free) or, with
-    ``mode="refuse"``, raises ``GovernanceError(ReasonCode.SPAN_CONTENT_CAPTURE)``."""
-    value = os.environ.get("ADK_CAPTURE_MESSAGE_CONTENT_IN_SPANS", "true").strip().lower()
-    if value in ("false", "0", "no", "off"):
+    facts) into spans unless ``ADK_CAPTURE_MESSAGE_CONTENT_IN_SPANS`` is false (legacy spans,
+    default on) and ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` is unset or
+    ``NO_CONTENT`` (GenAI semconv spans and events).  Returns True when both are off;
+    otherwise warns (content-free) or, with ``mode="refuse"``, raises
+    ``GovernanceError(ReasonCode.SPAN_CONTENT_CAPTURE)``."""
+    legacy = os.environ.get("ADK_CAPTURE_MESSAGE_CONTENT_IN_SPANS", "true").strip().lower()
+    semconv = os.environ.get("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "")
+    if legacy in ("false", "0", "no", "off") and semconv.strip().upper() in (
+            "", "NO_CONTENT", "FALSE", "0"):
         return True
     if mode == "refuse":
         raise GovernanceError(ReasonCode.SPAN_CONTENT_CAPTURE)

@@ -159,14 +159,15 @@ class Harness:
 
 def build(store: GovernedMemoryStore, *, plan: ToolPlan | None = None,
           summaries: list[Any] | None = None, agent: AgentIdentity = AGENT,
-          admission=None) -> Harness:
+          admission=None, embedder=None, before_tool=None) -> Harness:
     model = ScriptedLlm(plan=plan, summaries=summaries or [])
-    embedder = CountingEmbedder()
+    embedder = embedder or CountingEmbedder()
     reader = InMemoryMetricReader()
     service = GovernedMemoryService(store, agent=agent, embedder=embedder, summariser=model,
                                     admission=admission,
                                     meter_provider=MeterProvider(metric_readers=[reader]))
-    llm_agent = LlmAgent(name="assistant", model=model, instruction="You help the user.")
+    llm_agent = LlmAgent(name="assistant", model=model, instruction="You help the user.",
+                         before_tool_callback=before_tool)
     configure_governed_memory(llm_agent, service)
     runner = Runner(app_name=AGENT.app_name, agent=llm_agent,
                     session_service=InMemorySessionService(), memory_service=service)

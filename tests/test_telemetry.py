@@ -187,3 +187,5 @@ def test_adk_span_content_check(monkeypatch, capture):
     assert err.value.reason is ReasonCode.SPAN_CONTENT_CAPTURE
     monkeypatch.setenv("ADK_CAPTURE_MESSAGE_CONTENT_IN_SPANS", "false")
     assert check_adk_span_content("refuse") is True
+    monkeypatch.setenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "SPAN_ONLY")
+    assert check_adk_span_content("ignore") is False
