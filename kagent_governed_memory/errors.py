@@ -76,6 +76,25 @@ class ReasonCode(StrEnum):
     NOTHING_TO_SAVE = "nothing_to_save"
     # telemetry
     SPAN_CONTENT_CAPTURE = "span_content_capture"
+    # control room (U6) and commands (U1-U5)
+    ROOM_STATE_INVALID = "room_state_invalid"
+    ROOM_STATE_TOO_LARGE = "room_state_too_large"
+    ROOM_VERSION_UNSUPPORTED = "room_version_unsupported"
+    JOIN_RULE_NOT_INVITE = "join_rule_not_invite"
+    HISTORY_NOT_JOINED = "history_not_joined"
+    ROOM_ENCRYPTED = "room_encrypted"
+    SERVER_ACL_NOT_LOCAL = "server_acl_not_local"
+    MEMBERS_MISMATCH = "members_mismatch"
+    MEMBERSHIP_PENDING = "membership_pending"
+    SUBJECT_NOT_LOCAL = "subject_not_local"
+    NOT_SUBJECT = "not_subject"
+    COMMAND_INVALID = "command_invalid"
+    UNKNOWN_AGENT = "unknown_agent"
+    CONFIRMATION_REQUIRED = "confirmation_required"
+    CONFIRMATION_INVALID = "confirmation_invalid"
+    CONFIRMATION_EXPIRED = "confirmation_expired"
+    # operator verification
+    STORE_INVARIANT_VIOLATED = "store_invariant_violated"
     # erasure
     ERASURE_FAILED = "erasure_failed"
     VERIFICATION_FAILED = "verification_failed"
