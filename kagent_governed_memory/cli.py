@@ -34,7 +34,11 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_UNAVAILABLE
     except GovernanceError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return EXIT_UNAVAILABLE if exc.reason.value in ("store_unavailable",) else EXIT_FAILED
+        if exc.reason.value in ("store_unavailable", "schema_outdated"):
+            return EXIT_UNAVAILABLE
+        if exc.reason.value.startswith("invalid_"):
+            return EXIT_USAGE
+        return EXIT_FAILED
     except KeyboardInterrupt:
         return 130
 
@@ -58,9 +62,14 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("sweep", parents=[common],
                    help="physically delete expired rows (CronJob); non-zero exit on failure"
                    ).set_defaults(handler=_with_store(_sweep))
-    status = sub.add_parser("status", parents=[common], help="content-free status of one scope")
-    _key_args(status)
+    status = sub.add_parser(
+        "status", parents=[common],
+        help="content-free status of one scope (with --principal …), or of the whole store")
+    _key_args(status, required=False)
     status.set_defaults(handler=_with_store(_status))
+    sub.add_parser("verify", parents=[common],
+                   help="check the store's invariants; non-zero exit on any violation"
+                   ).set_defaults(handler=_with_store(_verify))
     off = sub.add_parser("offboard", parents=[common],
                          help="disable, clear and verify every scope of one principal")
     off.add_argument("--principal", required=True, help="complete MXID")
@@ -70,13 +79,13 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _key_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--principal", required=True, help="complete MXID")
+def _key_args(p: argparse.ArgumentParser, *, required: bool = True) -> None:
+    p.add_argument("--principal", required=required, help="complete MXID")
     p.add_argument("--origin", default=OriginKind.NATIVE_LOCAL.value,
                    choices=[o.value for o in OriginKind])
-    p.add_argument("--namespace", required=True)
-    p.add_argument("--agent", required=True)
-    p.add_argument("--room", required=True, help="control room ID")
+    p.add_argument("--namespace", required=required)
+    p.add_argument("--agent", required=required)
+    p.add_argument("--room", required=required, help="control room ID")
 
 
 def _with_store(
@@ -85,6 +94,9 @@ def _with_store(
     async def run(args: argparse.Namespace) -> int:
         if not args.dsn:
             print("error: no database: pass --dsn or set KGM_DSN", file=sys.stderr)
+            return EXIT_USAGE
+        if not _valid_dsn(args.dsn):
+            print("error: the DSN is not a valid PostgreSQL connection string", file=sys.stderr)
             return EXIT_USAGE
         async with await GovernedMemoryStore.open(args.dsn, local_server=args.local_server) as s:
             return await fn(s, args)
@@ -111,6 +123,15 @@ async def _sweep(store: GovernedMemoryStore, args: argparse.Namespace) -> int:
 
 
 async def _status(store: GovernedMemoryStore, args: argparse.Namespace) -> int:
+    given = [args.principal, args.namespace, args.agent, args.room]
+    if not any(given):
+        report = await store.report()
+        body = report.model_dump()
+        _emit(args, body, "\n".join(f"{k}: {v}" for k, v in body.items()))
+        return EXIT_OK
+    if not all(given):
+        print("error: a scope needs --principal, --namespace, --agent and --room", file=sys.stderr)
+        return EXIT_USAGE
     key = ScopeKey(
         principal=Principal(mxid=args.principal, origin=args.origin),
         agent=AgentIdentity(namespace=args.namespace, name=args.agent),
@@ -122,7 +143,20 @@ async def _status(store: GovernedMemoryStore, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+async def _verify(store: GovernedMemoryStore, args: argparse.Namespace) -> int:
+    report = await store.report()
+    violations = report.violations
+    lines = [f"scopes: {report.scopes}, live entries: {report.entries_live}"]
+    lines += [f"VIOLATION {name}: {count}" for name, count in violations.items()]
+    lines.append("store invariants hold" if not violations else "store invariants violated")
+    _emit(args, {"ok": not violations, "violations": violations, **report.model_dump()},
+          "\n".join(lines))
+    return EXIT_OK if not violations else EXIT_FAILED
+
+
 async def _offboard(store: GovernedMemoryStore, args: argparse.Namespace) -> int:
+    print("offboarding: disabling every scope of the principal, then clearing each ...",
+          file=sys.stderr)
     report = await store.offboard(Principal(mxid=args.principal, origin=args.origin))
     lines = [f"principal {report.principal_id}: {len(report.scopes)} scope(s)"]
     lines += [f"  {s.scope_id}: {s.outcome} (deleted {s.deleted})" for s in report.scopes]
@@ -187,6 +221,16 @@ async def _demo_run(dsn: str, local_server: str) -> int:
                        f"last verified erasure={st.last_verified_erasure_at:%H:%M:%S}")
     print("demo complete: nothing collected before consent, erasure verified.")
     return EXIT_OK
+
+
+def _valid_dsn(dsn: str) -> bool:
+    from psycopg.conninfo import conninfo_to_dict
+
+    try:
+        conninfo_to_dict(dsn)
+    except Exception:  # noqa: BLE001 - the parser's message may echo the DSN (a password)
+        return False
+    return True
 
 
 class _Steps:

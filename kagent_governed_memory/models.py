@@ -104,3 +104,35 @@ class OffboardReport(BaseModel):
     @property
     def ok(self) -> bool:
         return all(s.outcome == "cleared" for s in self.scopes)
+
+
+class StoreReport(BaseModel):
+    """Content-free aggregates over the whole store (operator ``status`` / ``verify``)."""
+
+    model_config = _FROZEN
+
+    scopes: int
+    scopes_enabled: int
+    scopes_failed: int
+    entries_live: int
+    entries_expired: int
+    expired_readable: int
+    stale_generation: int
+    ttl_exceeded: int
+    over_cap_scopes: int
+    rows_in_disabled_scopes: int
+
+    @property
+    def violations(self) -> dict[str, int]:
+        """Invariants that must be zero: expired rows readable, rows from a stale generation,
+        expiry beyond the policy, scopes over their cap, rows left in a withdrawn scope,
+        erasures not verified."""
+        checks = {
+            "expired_readable": self.expired_readable,
+            "stale_generation": self.stale_generation,
+            "ttl_exceeded": self.ttl_exceeded,
+            "over_cap_scopes": self.over_cap_scopes,
+            "rows_in_disabled_scopes": self.rows_in_disabled_scopes,
+            "scopes_failed": self.scopes_failed,
+        }
+        return {k: v for k, v in checks.items() if v}

@@ -48,6 +48,7 @@ from .models import (
     OffboardReport,
     ScopeOutcome,
     ScopeStatus,
+    StoreReport,
 )
 from .policy import PROTOTYPE_POLICY, MemoryPolicy
 
@@ -372,6 +373,13 @@ class GovernedMemoryStore:
             outcomes.append(ScopeOutcome(scope_id=key.opaque_id, outcome="cleared",
                                          deleted=deleted))
         return OffboardReport(principal_id=principal.opaque_id, scopes=tuple(outcomes))
+
+    async def report(self) -> StoreReport:
+        """Content-free aggregates and invariant counts over every scope (operators)."""
+        row = await self._one("report", "GetMemoryStoreReport", [])
+        assert row is not None
+        names = list(StoreReport.model_fields)
+        return StoreReport(**{name: int(value) for name, value in zip(names, row, strict=True)})
 
     async def sweep(self) -> int:
         """Physically delete expired rows (L3); they were already unreadable (B2)."""

@@ -54,7 +54,7 @@ _OPERATIONS = frozenset({
     "open", "migrate", "schema_version", "grant", "generation", "save", "search", "inspect",
     "status", "forget", "forget_all", "withdraw", "erase", "verify", "record_failure",
     "offboard", "sweep", "admit", "embed", "summarise", "retrieve", "prefetch", "delete",
-    "request",
+    "request", "report",
 })
 _STANDARD = frozenset(logging.makeLogRecord({}).__dict__) | {"message", "asctime", "taskName"}
 _REDACTED = "<redacted>"

@@ -52,3 +52,8 @@ SELECT memory_sweep() AS deleted;
 
 -- name: AdmitMemoryWork :one
 SELECT memory_admit($1, $2, $3, $4, $5, $6) AS refused;
+
+-- name: GetMemoryStoreReport :one
+SELECT scopes, scopes_enabled, scopes_failed, entries_live, entries_expired, expired_readable,
+       stale_generation, ttl_exceeded, over_cap_scopes, rows_in_disabled_scopes
+FROM memory_store_report();

@@ -58,7 +58,8 @@ $$;
 
 -- C1: explicit, purpose-specific, versioned consent.  Same purpose + version on a valid consent
 -- renews it (same generation); anything else needs a withdrawal first.  Enabling always
--- advances the generation, so work admitted under an earlier consent can never resume.
+-- advances the generation, so work admitted under an earlier consent can never resume, and
+-- starts from an empty scope.
 CREATE OR REPLACE FUNCTION memory_grant(
     p_mxid TEXT, p_origin TEXT, p_namespace TEXT, p_agent TEXT, p_kind TEXT, p_room TEXT,
     p_purpose TEXT, p_policy_version TEXT, p_max_ttl INTERVAL, p_entry_cap INTEGER,
@@ -98,6 +99,10 @@ BEGIN
         RETURNING * INTO s;
         PERFORM memory_audit_write(s.id, 'grant', 'renewed', s.generation, NULL);
     ELSE
+        -- A new consent starts empty: rows kept from an earlier, expired consent are deleted
+        -- in this transaction, so every stored row belongs to the current generation.
+        PERFORM memory_bind_scope(s.id);
+        DELETE FROM memory_entry WHERE memory_entry.scope_id = s.id;
         UPDATE memory_scope
            SET enabled = true, generation = memory_scope.generation + 1,
                purpose = p_purpose, policy_version = p_policy_version,
