@@ -9,6 +9,8 @@ Importing this package changes no global logging or tracing configuration.
 
 from .admission import Admission
 from .assertion import ScopeAssertion, sign_scope_assertion, verify_scope_assertion
+from .control_room import ControlRoomCheck, ControlRoomState, check_control_room
+from .controls import MemoryControls, parse_memory_command
 from .embedding import Embedder, HashingEmbedder, OpenAICompatibleEmbedder
 from .errors import (
     AdmissionDenied,
@@ -36,10 +38,16 @@ from .models import (
     OffboardReport,
     ScopeOutcome,
     ScopeStatus,
+    StoreReport,
 )
 from .policy import PROTOTYPE_POLICY, MemoryPolicy
 from .request import memory_request
 from .store import EMBEDDING_DIMENSION, GovernedMemoryStore
+from .telemetry import (
+    ContentFreeSpanProcessor,
+    check_adk_span_content,
+    install_content_free_logging,
+)
 
 __version__ = "0.1.0"
 
@@ -64,6 +72,9 @@ __all__ = [
     "ConsentConflict",
     "ConsentReceipt",
     "ConsentRequired",
+    "ContentFreeSpanProcessor",
+    "ControlRoomCheck",
+    "ControlRoomState",
     "Embedder",
     "EntryCapReached",
     "ErasureFailed",
@@ -77,6 +88,7 @@ __all__ = [
     "InspectPage",
     "InvalidIdentity",
     "InvalidInput",
+    "MemoryControls",
     "MemoryPolicy",
     "MemoryRecord",
     "MemoryScope",
@@ -94,8 +106,12 @@ __all__ = [
     "ScopeStatus",
     "StaleGeneration",
     "StoreUnavailable",
+    "check_adk_span_content",
+    "check_control_room",
     "configure_governed_memory",
+    "install_content_free_logging",
     "memory_request",
+    "parse_memory_command",
     "sign_scope_assertion",
     "verify_scope_assertion",
 ]

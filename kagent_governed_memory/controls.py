@@ -1,0 +1,296 @@
+"""``!memory`` command semantics for the Matrix bridge, transport-free (U1–U6).
+
+The bridge owns Matrix I/O; this module owns everything that must be exact: the grammar,
+which key a command acts on (always the sender's own, in this control room), the
+confirmation step for ``forget all`` and ``off`` (short-lived, single-use, bound to the key
+and the action), and the control-room re-check immediately before any content-bearing reply.
+There is no operator path to content: every key is built from the sender, and the sender must
+be the room's subject.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import inspect
+import json
+import re
+import secrets
+from collections.abc import Awaitable, Callable, Mapping
+from datetime import UTC, datetime, timedelta
+from typing import Literal, Protocol
+
+from pydantic import BaseModel, ConfigDict
+
+from .control_room import ControlRoomCheck
+from .errors import GovernanceError, InvalidInput, ReasonCode
+from .identity import AgentIdentity, MemoryScope, Principal, ScopeKey
+from .models import ErasureReceipt, ForgetReceipt, MemoryRecord, ScopeStatus
+from .store import GovernedMemoryStore
+
+__all__ = [
+    "ConfirmationRequired",
+    "ErasureReply",
+    "ForgetReply",
+    "InspectReply",
+    "MemoryCommand",
+    "MemoryControls",
+    "Notice",
+    "StatusReply",
+    "parse_memory_command",
+]
+
+_FROZEN = ConfigDict(frozen=True, extra="forbid")
+_MAX_COMMAND = 512
+_WORD = re.compile(r"[A-Za-z0-9._:/=+-]{1,200}")
+Action = Literal["status", "inspect", "forget", "forget_all", "off"]
+
+
+class MemoryCommand(BaseModel):
+    model_config = _FROZEN
+
+    action: Action
+    agent: str
+    entry_id: str | None = None
+    cursor: str | None = None
+    token: str | None = None
+
+
+def parse_memory_command(text: object) -> MemoryCommand:
+    """``!memory status|inspect <agent> [cursor]|forget <agent> <id>|forget <agent> all
+    [token]|off <agent> [token]``.  Anything else: ``InvalidInput(COMMAND_INVALID)``."""
+    words = text.split() if isinstance(text, str) and len(text) <= _MAX_COMMAND else []
+    if len(words) < 3 or words[0] != "!memory" or not all(_WORD.fullmatch(w) for w in words[1:]):
+        raise InvalidInput(ReasonCode.COMMAND_INVALID)
+    verb, agent, rest = words[1], words[2], words[3:]
+    command: MemoryCommand | None = None
+    if verb == "status" and not rest:
+        command = MemoryCommand(action="status", agent=agent)
+    elif verb == "inspect" and len(rest) <= 1:
+        command = MemoryCommand(action="inspect", agent=agent, cursor=rest[0] if rest else None)
+    elif verb == "forget" and len(rest) == 1 and rest[0] != "all":
+        command = MemoryCommand(action="forget", agent=agent, entry_id=rest[0])
+    elif verb == "forget" and 1 <= len(rest) <= 2 and rest[0] == "all":
+        command = MemoryCommand(action="forget_all", agent=agent,
+                                token=rest[1] if len(rest) == 2 else None)
+    elif verb == "off" and len(rest) <= 1:
+        command = MemoryCommand(action="off", agent=agent, token=rest[0] if rest else None)
+    if command is None:
+        raise InvalidInput(ReasonCode.COMMAND_INVALID)
+    return command
+
+
+# -- replies --------------------------------------------------------------------------------
+
+
+class Notice(BaseModel):
+    """Content-free: a reason code the bridge renders as text."""
+
+    model_config = _FROZEN
+    reason: ReasonCode
+    content_bearing: Literal[False] = False
+
+
+class StatusReply(BaseModel):
+    model_config = _FROZEN
+    status: ScopeStatus
+    content_bearing: Literal[False] = False
+
+
+class InspectReply(BaseModel):
+    """The only content-bearing reply: produced after a fresh control-room check."""
+
+    model_config = _FROZEN
+    entries: tuple[MemoryRecord, ...]
+    next_cursor: str | None = None
+    content_bearing: Literal[True] = True
+
+
+class ForgetReply(BaseModel):
+    model_config = _FROZEN
+    receipt: ForgetReceipt
+    content_bearing: Literal[False] = False
+
+
+class ErasureReply(BaseModel):
+    model_config = _FROZEN
+    action: Literal["forget_all", "off"]
+    receipt: ErasureReceipt
+    content_bearing: Literal[False] = False
+
+
+class ConfirmationRequired(BaseModel):
+    """Repeat the command with ``token`` before ``expires_at`` to carry it out."""
+
+    model_config = _FROZEN
+    action: Literal["forget_all", "off"]
+    token: str
+    expires_at: datetime
+    content_bearing: Literal[False] = False
+
+
+MemoryReply = Notice | StatusReply | InspectReply | ForgetReply | ErasureReply | ConfirmationRequired
+RoomCheck = Callable[[], Awaitable[ControlRoomCheck] | ControlRoomCheck]
+
+
+class ConfirmationLedger(Protocol):
+    def consume(self, nonce: str, expires_at: datetime, now: datetime) -> bool:
+        """True the first time ``nonce`` is presented; False ever after."""
+
+
+class InMemoryLedger:
+    """Single-use within one bridge process; several replicas need a shared ledger."""
+
+    def __init__(self) -> None:
+        self._used: dict[str, datetime] = {}
+
+    def consume(self, nonce: str, expires_at: datetime, now: datetime) -> bool:
+        self._used = {n: e for n, e in self._used.items() if e > now}
+        if nonce in self._used:
+            return False
+        self._used[nonce] = expires_at
+        return True
+
+
+class MemoryControls:
+    """Carries out one ``!memory`` command for its sender in a control room."""
+
+    def __init__(
+        self,
+        store: GovernedMemoryStore,
+        *,
+        agents: Mapping[str, AgentIdentity],
+        secret: bytes,
+        confirmation_ttl: timedelta = timedelta(minutes=2),
+        ledger: ConfirmationLedger | None = None,
+        clock: Callable[[], datetime] | None = None,
+    ) -> None:
+        if not isinstance(secret, bytes) or len(secret) < 32:
+            raise InvalidInput(ReasonCode.INVALID_ARGUMENT, field="secret")
+        if not timedelta(seconds=10) <= confirmation_ttl <= timedelta(minutes=10):
+            raise InvalidInput(ReasonCode.INVALID_ARGUMENT, field="confirmation_ttl")
+        self._store = store
+        self._agents = dict(agents)
+        self._secret = secret
+        self._ttl = confirmation_ttl
+        self._ledger = ledger or InMemoryLedger()
+        self._clock = clock or (lambda: datetime.now(UTC))
+
+    async def handle(
+        self,
+        text: str,
+        *,
+        sender: Principal,
+        subject: Principal,
+        room_id: str,
+        room_check: RoomCheck,
+    ) -> MemoryReply:
+        """Parse, admit (sender is the room's subject; the room passes ``room_check``), act.
+        ``room_check`` is called again right before a content-bearing reply."""
+        try:
+            command = parse_memory_command(text)
+        except GovernanceError as exc:
+            return Notice(reason=exc.reason)
+        if sender != subject:
+            return Notice(reason=ReasonCode.NOT_SUBJECT)
+        denied = await _room_denied(room_check)
+        if denied is not None:
+            return Notice(reason=denied)
+        agent = self._agents.get(command.agent)
+        if agent is None:
+            return Notice(reason=ReasonCode.UNKNOWN_AGENT)
+        try:
+            key = ScopeKey(principal=sender, agent=agent, scope=MemoryScope.control_room(room_id))
+            key.require_servable(self._store.local_server)
+            return await self._act(command, key, room_check)
+        except GovernanceError as exc:
+            return Notice(reason=exc.reason)
+
+    async def _act(self, command: MemoryCommand, key: ScopeKey, room_check: RoomCheck
+                   ) -> MemoryReply:
+        if command.action == "status":
+            return StatusReply(status=await self._store.status(key))
+        if command.action == "inspect":
+            page = await self._store.inspect(key, cursor=command.cursor)
+            denied = await _room_denied(room_check)  # the state may have drifted since admission
+            if denied is not None:
+                return Notice(reason=denied)
+            return InspectReply(entries=page.entries, next_cursor=page.next_cursor)
+        if command.action == "forget":
+            return ForgetReply(receipt=await self._store.forget(key, command.entry_id or ""))
+        action: Literal["forget_all", "off"] = command.action  # type: ignore[assignment]
+        if command.token is None:
+            return self._confirmation(key, action)
+        reason = self._redeem(command.token, key, action)
+        if reason is not None:
+            return Notice(reason=reason)
+        if action == "forget_all":
+            return ErasureReply(action=action, receipt=await self._store.forget_all(key))
+        return ErasureReply(action=action, receipt=await self._store.withdraw(key))
+
+    # -- confirmation tokens ----------------------------------------------------------------
+
+    def _confirmation(self, key: ScopeKey, action: str) -> ConfirmationRequired:
+        expires = self._clock().replace(microsecond=0) + self._ttl
+        payload = json.dumps({"a": action, "s": key.opaque_id, "n": secrets.token_hex(12),
+                              "e": int(expires.timestamp())}, separators=(",", ":"))
+        body = _b64(payload.encode())
+        token = f"c1.{body}.{_b64(self._mac(body))}"
+        return ConfirmationRequired(action=action, token=token, expires_at=expires)  # type: ignore[arg-type]
+
+    def _redeem(self, token: str, key: ScopeKey, action: str) -> ReasonCode | None:
+        parts = token.split(".")
+        if len(parts) != 3 or parts[0] != "c1":
+            return ReasonCode.CONFIRMATION_INVALID
+        raw_mac = _unb64(parts[2])
+        if raw_mac is None or not hmac.compare_digest(raw_mac, self._mac(parts[1])):
+            return ReasonCode.CONFIRMATION_INVALID
+        payload = _json(_unb64(parts[1]))
+        if (
+            not isinstance(payload, dict)
+            or payload.get("a") != action
+            or payload.get("s") != key.opaque_id
+            or not isinstance(payload.get("n"), str)
+            or not isinstance(payload.get("e"), int)
+        ):
+            return ReasonCode.CONFIRMATION_INVALID
+        now = self._clock()
+        expires = datetime.fromtimestamp(payload["e"], UTC)
+        if now >= expires:
+            return ReasonCode.CONFIRMATION_EXPIRED
+        if not self._ledger.consume(payload["n"], expires, now):
+            return ReasonCode.CONFIRMATION_INVALID
+        return None
+
+    def _mac(self, body: str) -> bytes:
+        return hmac.new(self._secret, b"kgm-confirm." + body.encode(), hashlib.sha256).digest()
+
+
+async def _room_denied(room_check: RoomCheck) -> ReasonCode | None:
+    result = room_check()
+    if inspect.isawaitable(result):
+        result = await result
+    if not isinstance(result, ControlRoomCheck):
+        return ReasonCode.ROOM_STATE_INVALID
+    return None if result.allowed else (result.reason or ReasonCode.ROOM_STATE_INVALID)
+
+
+def _b64(raw: bytes) -> str:
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _unb64(text: str) -> bytes | None:
+    try:
+        return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    except (ValueError, TypeError):
+        return None
+
+
+def _json(raw: bytes | None) -> object:
+    if raw is None:
+        return None
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return None
