@@ -105,6 +105,7 @@ __all__ = [
     "ScopeOutcome",
     "ScopeStatus",
     "StaleGeneration",
+    "StoreReport",
     "StoreUnavailable",
     "check_adk_span_content",
     "check_control_room",
