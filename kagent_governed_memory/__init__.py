@@ -9,7 +9,12 @@ Importing this package changes no global logging or tracing configuration.
 
 from .admission import Admission
 from .assertion import ScopeAssertion, sign_scope_assertion, verify_scope_assertion
-from .control_room import ControlRoomCheck, ControlRoomState, check_control_room
+from .control_room import (
+    ControlRoomCheck,
+    ControlRoomState,
+    check_control_room,
+    check_control_room_events,
+)
 from .controls import MemoryControls, parse_memory_command
 from .embedding import Embedder, HashingEmbedder, OpenAICompatibleEmbedder
 from .errors import (
@@ -109,6 +114,7 @@ __all__ = [
     "StoreUnavailable",
     "check_adk_span_content",
     "check_control_room",
+    "check_control_room_events",
     "configure_governed_memory",
     "install_content_free_logging",
     "memory_request",
