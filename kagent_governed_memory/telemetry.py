@@ -273,9 +273,11 @@ def check_adk_span_content(mode: str = "warn") -> bool:
     ``NO_CONTENT`` (GenAI semconv spans and events).  Returns True when both are off;
     otherwise warns (content-free) or, with ``mode="refuse"``, raises
     ``GovernanceError(ReasonCode.SPAN_CONTENT_CAPTURE)``."""
-    legacy = os.environ.get("ADK_CAPTURE_MESSAGE_CONTENT_IN_SPANS", "true").strip().lower()
+    # Parsed exactly as google-adk does (1.28-1.31: ``.lower() in ('false', '0')``, no strip;
+    # 2.x also strips).  Any other spelling ("no", "off", " false" on 1.x) leaves ADK capturing.
+    legacy = os.environ.get("ADK_CAPTURE_MESSAGE_CONTENT_IN_SPANS", "true").lower()
     semconv = os.environ.get("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "")
-    if legacy in ("false", "0", "no", "off") and semconv.strip().upper() in (
+    if legacy in ("false", "0") and semconv.strip().upper() in (
             "", "NO_CONTENT", "FALSE", "0"):
         return True
     if mode == "refuse":

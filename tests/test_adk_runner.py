@@ -425,3 +425,30 @@ async def test_service_refuses_a_foreign_agent_identity(store):
     await store.grant(key, purpose=PURPOSE)
     out = await h.turn("remember: x", key=key)
     assert tool_result(out) == {"reason": "agent_mismatch", "status": "not_saved"}
+
+
+async def test_a_cancelled_turn_is_summarised_once_on_the_next_turn(store, database):
+    """google-adk 2.x runs after-agent callbacks on cancellation and drops their state delta;
+    1.x does not run them.  Either way the turns are summarised exactly once (C6)."""
+    blocked = asyncio.Event()
+
+    async def block(*_args, **_kwargs):
+        blocked.set()
+        await asyncio.Event().wait()
+
+    h = build(store, plan=save_plan, before_tool=block,
+              summaries=['["Rides a blue bicycle to work"]', '["Rides a blue bicycle again"]'])
+    key = make_key()
+    await store.grant(key, purpose=PURPOSE)
+    for text in FIVE_TURNS[:4]:
+        await h.turn(text, key=key)
+    turn = asyncio.create_task(h.turn("remember: I ride a blue bicycle to work", key=key))
+    await blocked.wait()
+    turn.cancel()
+    await asyncio.gather(turn, return_exceptions=True)
+    await h.service.drain()
+    assert h.model.calls.count("summarise") == 0
+    await h.turn("A perfectly ordinary sixth message about the weather.", key=key)
+    await h.service.drain()
+    assert h.model.calls.count("summarise") == 1
+    assert "blue bicycle" in h.summariser_prompts[0]

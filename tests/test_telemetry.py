@@ -189,3 +189,21 @@ def test_adk_span_content_check(monkeypatch, capture):
     assert check_adk_span_content("refuse") is True
     monkeypatch.setenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "SPAN_ONLY")
     assert check_adk_span_content("ignore") is False
+
+
+def _adk_puts_content_in_legacy_spans() -> bool:
+    """google-adk's own answer, whichever major version is installed."""
+    try:  # 2.x
+        from google.adk.telemetry.context import TelemetryConfig
+        return TelemetryConfig().should_add_content_to_legacy_spans
+    except ImportError:  # 1.28-1.31
+        from google.adk.telemetry.tracing import _should_add_request_response_to_spans
+        return _should_add_request_response_to_spans()
+
+
+@pytest.mark.parametrize("value", ["false", "FALSE", "0", "no", "off", " false", "true", ""])
+def test_adk_span_content_check_agrees_with_adk(monkeypatch, value):
+    monkeypatch.setenv("ADK_CAPTURE_MESSAGE_CONTENT_IN_SPANS", value)
+    monkeypatch.delenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", raising=False)
+    # never "off" while ADK still writes content into its spans
+    assert not (check_adk_span_content("ignore") and _adk_puts_content_in_legacy_spans())

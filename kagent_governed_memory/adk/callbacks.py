@@ -10,6 +10,7 @@ handed to a summariser, so nothing is summarised twice.
 
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -65,6 +66,11 @@ def make_autosave_callback(service: GovernedMemoryService):
     """An ``after_agent_callback`` that schedules a tracked background auto-save."""
 
     async def governed_autosave_callback(callback_context: CallbackContext) -> None:
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            # google-adk 2.x also runs after-agent callbacks for a cancelled turn but drops
+            # their state change, so a save now would be summarised again next turn (C6).
+            return
         who = await service.admitted()
         if who is None:
             return

@@ -99,6 +99,8 @@ class GovernedPrefetchMemoryTool(BaseTool):
 
     async def process_llm_request(self, *, tool_context: ToolContext,
                                   llm_request: LlmRequest) -> None:
+        # First turn only: exactly one user event.  The flag only stops repeats across the LLM
+        # calls of that one turn (google-adk does not persist state set here).
         users = [e for e in tool_context.session.events if e.author == "user"]
         if len(users) != 1 or tool_context.state.get(_PREFETCH_DONE):
             return
