@@ -223,10 +223,10 @@ _SQLSTATE: dict[str, tuple[type[GovernanceError], ReasonCode]] = {
     "KGT01": (InvalidInput, ReasonCode.TTL_EXCEEDS_POLICY),
     "KGI01": (InvalidInput, ReasonCode.IMMUTABLE_ENTRY),
     "KGD01": (ScopeDenied, ReasonCode.SCOPE_KIND_RESERVED),
-    "KGV01": (ErasureFailed, ReasonCode.VERIFICATION_FAILED),
     "22021": (InvalidInput, ReasonCode.INVALID_TEXT),  # character_not_in_repertoire
     "22P05": (InvalidInput, ReasonCode.INVALID_TEXT),  # untranslatable_character
     "22000": (InvalidInput, ReasonCode.INVALID_EMBEDDING),  # pgvector: dimensions / NaN
+    "22023": (InvalidInput, ReasonCode.INVALID_ARGUMENT),  # invalid_parameter_value
     "23514": (InvalidInput, ReasonCode.INVALID_ARGUMENT),  # check_violation
     "42P01": (StoreUnavailable, ReasonCode.SCHEMA_OUTDATED),  # undefined_table
     "42883": (StoreUnavailable, ReasonCode.SCHEMA_OUTDATED),  # undefined_function

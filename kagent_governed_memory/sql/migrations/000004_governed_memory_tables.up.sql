@@ -16,7 +16,7 @@
 --
 -- SQLSTATE class "KG" is ours: KGC01 consent_required, KGC02 consent_conflict, KGC03
 -- erasure_pending, KGS01 stale_generation, KGE01 entry_cap_reached, KGF01 fact_too_large,
--- KGT01 ttl_exceeds_policy, KGI01 immutable_entry, KGD01 scope_denied, KGV01 verification_failed.
+-- KGT01 ttl_exceeds_policy, KGI01 immutable_entry, KGD01 scope_denied.
 -- Messages are reason codes only; no statement here formats a value into an error.
 
 CREATE EXTENSION IF NOT EXISTS vector;
