@@ -1,0 +1,619 @@
+"""Drive the real kagent-adk 0.9.11 runtime (patched or not) end to end; print a JSON report.
+
+Runs inside the kagent venv with ``PYTHONPATH`` = the (patched or unpatched) copy of
+``kagent/adk``, this repository and this folder.  Nothing here stubs the code under test:
+
+* the agent comes from kagent's own ``AgentConfig.to_agent`` (memory tools, prefetch and the
+  auto-save callback installed by ``_configure_memory``) with a scripted ``BaseLlm`` as its
+  model;
+* requests go through kagent's ``KAgentApp.build()`` FastAPI app -- the A2A JSON-RPC server,
+  ``KAgentRequestContextBuilder`` and kagent's ``A2aAgentExecutor`` (where the patch reads the
+  ``x-kagent-memory-scope`` header) -- and a real google-adk ``Runner``;
+* kagent's ``KagentMemoryService`` talks over ``httpx.ASGITransport`` (no network) to the test
+  controller (``controller.py``: the governed API on the library's store and the ephemeral
+  PostgreSQL);
+* embeddings go through kagent's ``KAgentEmbedding`` and the OpenAI SDK to a loopback
+  OpenAI-compatible server started here (feature-hashing vectors).
+
+Only three seams are replaced, in ``kagent.adk._a2a``: the controller HTTP client's transport,
+the session service (in memory instead of the controller's) and the task store (in memory).
+The root logger runs at DEBUG into a list; the report says where each sentinel appeared.
+
+Usage: ``python driver.py patched|unpatched`` with ``KGM_TEST_DSN`` / ``KGM_TEST_ADMIN_DSN``
+(patched only) and optional ``KGM_TEST_LOG_FILE`` (the captured log, for a failing test).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import logging
+import os
+import secrets
+import socket
+import struct
+import sys
+import traceback
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+RUNTIME = sys.argv[1] if len(sys.argv) > 1 else "patched"
+SECRET = secrets.token_hex(24)  # 48 ASCII bytes: the bridge/runtime shared key
+LOCAL = "example.org"
+NAMESPACE, AGENT = "kagent", "my-agent"
+APP_NAME = "kagent__NS__my_agent"
+
+os.environ.update({
+    "LOG_LEVEL": "DEBUG",
+    "KAGENT_URL": "http://kagent-controller.test",
+    "KAGENT_NAMESPACE": NAMESPACE,
+    "KAGENT_NAME": AGENT,
+    "KAGENT_MEMORY_SCOPE_SECRET": SECRET,
+    "KAGENT_MEMORY_LOCAL_SERVER": LOCAL,
+    "OPENAI_API_KEY": "sk-test-not-a-key",
+    "OTEL_SDK_DISABLED": "true",
+})
+
+
+class _Capture(logging.Handler):
+    """Every record, formatted with its exception and stack, into memory."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.lines: list[tuple[str, str, str]] = []
+        self.setFormatter(logging.Formatter("%(asctime)s - %(name)s - %(levelname)s - %(message)s"))
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            text = self.format(record)
+        except Exception:  # noqa: BLE001 - a broken record must not stop the run
+            text = f"<unformattable record from {record.name}>"
+        self.lines.append((record.name, record.levelname, text))
+
+
+CAPTURE = _Capture()
+logging.root.handlers[:] = [CAPTURE]
+logging.root.setLevel(logging.DEBUG)
+
+# Imports after logging is set up: kagent.core configures logging at import (LOG_LEVEL=DEBUG).
+import httpx
+import kagent.adk._a2a as kagent_a2a
+import uvicorn
+from a2a.server.tasks import InMemoryTaskStore
+from a2a.types import AgentCapabilities, AgentCard
+from google.adk.models.base_llm import BaseLlm
+from google.adk.models.llm_response import LlmResponse
+from google.adk.sessions import InMemorySessionService
+from google.genai import types
+from kagent.adk import KAgentApp
+from kagent.adk.types import AgentConfig
+from pydantic import Field, PrivateAttr
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from kagent_governed_memory import (
+    Admission,
+    AgentIdentity,
+    GovernedMemoryStore,
+    MemoryPolicy,
+    MemoryScope,
+    OriginKind,
+    Principal,
+    ScopeKey,
+)
+from kagent_governed_memory.assertion import sign_scope_assertion
+from kagent_governed_memory.embedding import HashingEmbedder
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from controller import TestController
+
+PATCHED = RUNTIME == "patched"
+SUMMARY_MARKER = "Summary (JSON List):"
+SENTINELS = {name: f"{name.upper()}-{secrets.token_hex(8)}" for name in
+             ("query", "summary", "model_error", "embedding_error")}
+
+
+# -- the scripted model ------------------------------------------------------------------------
+
+class ScriptedLlm(BaseLlm):
+    """Chat: ``SAVE <fact>`` / ``LOAD <query>`` / ``LOAD-SECRET`` ask for a tool call; after
+    the tool answers, the reply echoes its result.  Summariser requests pop ``summaries``
+    (a string, or an exception to raise)."""
+
+    model: str = "scripted"
+    summaries: list[Any] = Field(default_factory=list)
+    _prompts: list[str] = PrivateAttr(default_factory=list)
+    _instructions: list[str] = PrivateAttr(default_factory=list)
+
+    @classmethod
+    def supported_models(cls) -> list[str]:
+        return ["scripted"]
+
+    async def generate_content_async(self, llm_request, stream: bool = False):
+        last = llm_request.contents[-1] if llm_request.contents else None
+        parts = (last.parts or []) if last else []
+        text = " ".join(p.text or "" for p in parts)
+        if "Conversation:" in text and text.rstrip().endswith(SUMMARY_MARKER):
+            self._prompts.append(text)
+            reply = self.summaries.pop(0) if self.summaries else "[]"
+            if isinstance(reply, BaseException):
+                raise reply
+            yield _text(reply)
+            return
+        config = llm_request.config
+        self._instructions.append(str(config.system_instruction or "") if config else "")
+        responses = [p.function_response for p in parts if p.function_response]
+        if responses:
+            yield _text("tool said " + json.dumps(responses[0].response, sort_keys=True))
+            return
+        call = _plan(text)
+        if call:
+            name, args = call
+            yield LlmResponse(content=types.Content(role="model", parts=[
+                types.Part(function_call=types.FunctionCall(name=name, args=args))]))
+            return
+        yield _text("ok")
+
+
+def _plan(text: str) -> tuple[str, dict[str, Any]] | None:
+    text = text.strip()
+    if text == "LOAD-SECRET":  # the sentinel is only ever in the model's tool call
+        return "load_memory", {"query": f"what does the user like {SENTINELS['query']}"}
+    if text.startswith("SAVE "):
+        return "save_memory", {"content": text[5:]}
+    if text.startswith("LOAD "):
+        return "load_memory", {"query": text[5:]}
+    return None
+
+
+def _text(text: str) -> LlmResponse:
+    return LlmResponse(content=types.Content(role="model", parts=[types.Part(text=text)]))
+
+
+# -- the loopback embedding provider (OpenAI-compatible) -----------------------------------------
+
+class EmbeddingServer:
+    def __init__(self) -> None:
+        self.calls = 0
+        self.items: list[int] = []
+        self.fail_with: str | None = None
+        self._hashing = HashingEmbedder()
+        self.app = Starlette(routes=[Route("/v1/embeddings", self._embed, methods=["POST"])])
+
+    async def _embed(self, request: Request) -> JSONResponse:
+        body = await request.json()
+        texts = body.get("input") or []
+        texts = [texts] if isinstance(texts, str) else texts
+        self.calls += 1
+        self.items.append(len(texts))
+        if self.fail_with is not None:  # a provider error whose body echoes something secret
+            return JSONResponse({"error": {"message": f"bad input near {self.fail_with}",
+                                           "type": "invalid_request_error"}}, status_code=400)
+        data = []
+        for i, text in enumerate(texts):
+            vec = self._hashing.embed_one(text)
+            if body.get("encoding_format") == "base64":
+                emb: Any = base64.b64encode(struct.pack(f"<{len(vec)}f", *vec)).decode()
+            else:
+                emb = vec
+            data.append({"object": "embedding", "index": i, "embedding": emb})
+        return JSONResponse({"object": "list", "data": data, "model": body.get("model"),
+                             "usage": {"prompt_tokens": 0, "total_tokens": 0}})
+
+    async def start(self) -> str:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+        config = uvicorn.Config(self.app, log_level="warning", lifespan="off")
+        self.server = uvicorn.Server(config)
+        self.task = asyncio.create_task(self.server.serve(sockets=[sock]))
+        while not self.server.started:
+            await asyncio.sleep(0.01)
+        return f"http://127.0.0.1:{port}/v1"
+
+    async def stop(self) -> None:
+        self.server.should_exit = True
+        await self.task
+
+
+# -- the harness -------------------------------------------------------------------------------
+
+def make_key(mxid: str = "@alice:example.org", *, agent: str = AGENT,
+             origin: OriginKind = OriginKind.NATIVE_LOCAL,
+             room: str = "!control-a:example.org") -> ScopeKey:
+    return ScopeKey(principal=Principal(mxid=mxid, origin=origin),
+                    agent=AgentIdentity(namespace=NAMESPACE, name=agent),
+                    scope=MemoryScope.control_room(room))
+
+
+def token_for(key: ScopeKey, *, audience=(LOCAL,), secret: str = SECRET,
+              now: datetime | None = None) -> str:
+    return sign_scope_assertion(key, secret=secret.encode(), audience=list(audience),
+                                lifetime=timedelta(seconds=60), now=now)
+
+
+class Harness:
+    def __init__(self, controller: TestController, embedder: EmbeddingServer,
+                 model: ScriptedLlm) -> None:
+        self.controller = controller
+        self.embedder = embedder
+        self.model = model
+        self.services: list[Any] = []
+        self.session_services: list[InMemorySessionService] = []
+        self.tokens: list[str] = []
+
+    async def build(self, embedding_url: str) -> None:
+        controller_app = self.controller.app
+        real_httpx = httpx
+        harness = self
+
+        class _HttpxShim:  # kagent's controller client, routed in-process to the test controller
+            def __getattr__(self, name):
+                return getattr(real_httpx, name)
+
+            @staticmethod
+            def AsyncClient(**kwargs):
+                return real_httpx.AsyncClient(transport=real_httpx.ASGITransport(app=controller_app),
+                                              **kwargs)
+
+        real_service = kagent_a2a.KagentMemoryService
+
+        def memory_service(**kwargs):
+            service = real_service(**kwargs)
+            harness.services.append(service)
+            return service
+
+        def session_service(_client):
+            service = InMemorySessionService()
+            harness.session_services.append(service)
+            return service
+
+        kagent_a2a.httpx = _HttpxShim()
+        kagent_a2a.KagentMemoryService = memory_service
+        kagent_a2a.KAgentSessionService = session_service
+        kagent_a2a.KAgentTaskStore = lambda _client: InMemoryTaskStore()
+
+        config = AgentConfig.model_validate({
+            "model": {"type": "openai", "model": "gpt-4o-mini"},
+            "description": "test agent",
+            "instruction": "You are a test agent.",
+            "memory": {"embedding": {"provider": "openai", "model": "text-embedding-3-small",
+                                     "base_url": embedding_url}},
+        })
+
+        def root_agent_factory():
+            agent = config.to_agent("my_agent")
+            agent.model = self.model  # the callback reads agent.model at call time
+            return agent
+
+        card = AgentCard(name="my_agent", description="test agent", url="http://agent.test/",
+                         version="0.0.1", capabilities=AgentCapabilities(),
+                         default_input_modes=["text"], default_output_modes=["text"], skills=[])
+        app = KAgentApp(root_agent_factory, card, "http://kagent-controller.test", APP_NAME,
+                        agent_config=config).build()
+        self.client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                        base_url="http://agent.test", timeout=60)
+        self.baseline = set(asyncio.all_tasks())
+
+    @property
+    def service(self):
+        return self.services[0]
+
+    async def turn(self, session: str, text: str, *, key: ScopeKey | None = None,
+                   token: str | None = None) -> str:
+        """One A2A ``message/send``; returns the agent's text.  Waits for background work."""
+        if token is None and key is not None:
+            token = token_for(key)
+        headers = {"x-user-id": "alice@example.org"}
+        if token is not None:
+            headers["x-kagent-memory-scope"] = token
+            self.tokens.append(token)
+        payload = {"jsonrpc": "2.0", "id": str(uuid.uuid4()), "method": "message/send",
+                   "params": {"message": {"kind": "message", "role": "user",
+                                          "messageId": str(uuid.uuid4()), "contextId": session,
+                                          "parts": [{"kind": "text", "text": text}]}}}
+        response = await self.client.post("/", json=payload, headers=headers)
+        body = response.json()
+        await self.drain()
+        if "error" in body:
+            return "A2A-ERROR " + json.dumps(body["error"])
+        result = body.get("result") or {}
+        texts = [p.get("text", "") for a in result.get("artifacts") or []
+                 for p in a.get("parts") or [] if p.get("kind") == "text"]
+        status = (result.get("status") or {}).get("message") or {}
+        texts += [p.get("text", "") for p in status.get("parts") or [] if p.get("kind") == "text"]
+        return "\n".join(texts)
+
+    async def drain(self) -> None:
+        if PATCHED:
+            for service in self.services:
+                await service.wait_for_background_tasks()
+        for _ in range(200):  # the unpatched runtime's untracked create_task()
+            pending = [t for t in asyncio.all_tasks() - self.baseline
+                       if t is not asyncio.current_task() and not t.done()]
+            if not pending:
+                return
+            await asyncio.wait(pending, timeout=0.05)
+
+
+# -- scenarios ---------------------------------------------------------------------------------
+
+def leaks(extra: dict[str, str]) -> dict[str, list[str]]:
+    """Sentinel (and its base64 / hex forms) → ``logger:LEVEL`` of every line carrying it."""
+    found: dict[str, list[str]] = {}
+    for name, value in {**SENTINELS, **extra}.items():
+        forms = {value, base64.b64encode(value.encode()).decode().rstrip("="),
+                 value.encode().hex()}
+        found[name] = sorted({f"{logger}:{level}" for logger, level, line in CAPTURE.lines
+                              if any(form in line for form in forms)})
+    return found
+
+
+async def common_before_consent(h: Harness, key: ScopeKey, marker: str) -> dict[str, Any]:
+    """Five turns of one session, with a valid assertion, before any consent: a long first
+    message (prefetch), an explicit save, a load_memory, chat -- and a malformed summary
+    queued for the auto-save at the fifth turn."""
+    h.model.summaries.append(f"Sure! Here is what I remember: {SENTINELS['summary']} and more")
+    replies = [
+        await h.turn("pre", f"{marker} I am planning a long trip to Lisbon next spring. "
+                            f"Please remember that my favourite colour is teal.", key=key),
+        await h.turn("pre", f"SAVE I prefer aisle seats {marker}", key=key),
+        await h.turn("pre", "LOAD-SECRET", key=key),
+        await h.turn("pre", f"{marker} chat four", key=key),
+        await h.turn("pre", f"{marker} chat five", key=key),
+    ]
+    return {
+        "replies": replies,
+        "embedding_calls": h.embedder.calls,
+        "summariser_calls": len(h.model._prompts),
+        "legacy_items": len(h.controller.legacy_items),
+        "raw_transcript_stored": any(marker in (i.get("content") or "")
+                                     and "chat five" in (i.get("content") or "")
+                                     for i in h.controller.legacy_items),
+        "controller_calls": dict(h.controller.calls),
+    }
+
+
+async def run_unpatched(h: Harness) -> dict[str, Any]:
+    marker = f"PRECONSENT-{secrets.token_hex(4)}"
+    before = await common_before_consent(h, make_key(), marker)
+    h.model.summaries.clear()
+    return {"before_consent": before, "leaks": leaks({})}
+
+
+async def run_patched(h: Harness, store: GovernedMemoryStore, admin_dsn: str) -> dict[str, Any]:
+    import psycopg
+
+    report: dict[str, Any] = {}
+    key = make_key()
+    marker = f"PRECONSENT-{secrets.token_hex(4)}"
+
+    # 1. Nothing before consent (C2): a valid assertion, but no consent yet.
+    before = await common_before_consent(h, key, marker)
+    h.model.summaries.clear()
+    before["rows"] = _scalar(admin_dsn, "SELECT count(*) FROM memory_entry")
+    report["before_consent"] = before
+
+    # 2. Consent (the bridge's route), then the per-request disable gate (S4-S6).
+    await store.grant(key, purpose="personal_preferences")
+    embed_before = h.embedder.calls
+    wrong_secret = secrets.token_hex(24)
+    gate_tokens = {
+        "no_header": None,
+        "forged": token_for(key, secret=wrong_secret),
+        "expired": token_for(key, now=datetime.now(UTC) - timedelta(minutes=10)),
+        "other_agent": token_for(make_key(agent="other-agent")),
+        "audience_remote": token_for(key, audience=(LOCAL, "evil.org")),
+        "bridged_origin": token_for(make_key(origin=OriginKind.EXTERNAL_APPSERVICE)),
+        "remote_principal": token_for(make_key("@mallory:evil.org")),
+    }
+    gate: dict[str, Any] = {}
+    for name, tok in gate_tokens.items():
+        gate[name] = {
+            "save": await h.turn(f"gate-{name}", f"SAVE gate fact {name}", token=tok),
+            "load": await h.turn(f"gate-{name}", "LOAD gate fact", token=tok),
+        }
+    report["gate"] = gate
+    report["gate_embedding_calls"] = h.embedder.calls - embed_before
+    report["gate_rows"] = _scalar(admin_dsn, "SELECT count(*) FROM memory_entry")
+
+    # 3. Consented use: explicit save and load, read-time expiry, prefetch, per-entry forget.
+    saved = [await h.turn("main", "SAVE I like green tea", key=key),
+             await h.turn("main", "SAVE My cat is called Miso", key=key)]
+    loaded = await h.turn("main", "LOAD green tea", key=key)
+    secret_load = await h.turn("main", "LOAD-SECRET", key=key)
+    generation = await store.generation(key)
+    expired_marker, live_marker = f"EXPIRED-{secrets.token_hex(4)}", f"LIVE-{secrets.token_hex(4)}"
+    sid = _scalar(admin_dsn, "SELECT id::text FROM memory_scope WHERE principal_mxid = %s",
+                  [key.principal.mxid])
+    with psycopg.connect(admin_dsn, autocommit=True) as conn:
+        for text, expires in ((f"{expired_marker} I like durian", "now() - interval '1 minute'"),
+                              (f"{live_marker} I like durian sorbet", "now() + interval '1 day'")):
+            _plant(conn, sid, generation, text, expires)
+    durian = await h.turn("main", "LOAD durian", key=key)
+    calls_before_prefetch = h.embedder.calls
+    many = " ".join(f"Sentence number {i} asks what I like about durian desserts." for i in range(12))
+    await h.turn("prefetch", many, key=key)
+    prefetch_instruction = h.model._instructions[-1] if h.model._instructions else ""
+    report["consented"] = {
+        "saved": saved,
+        "loaded": loaded,
+        "secret_load": secret_load,
+        "durian": durian,
+        "expired_marker": expired_marker,
+        "live_marker": live_marker,
+        "prefetch_instruction_has_live": live_marker in prefetch_instruction,
+        "prefetch_instruction_has_expired": expired_marker in prefetch_instruction,
+        "prefetch_embedding_items": h.embedder.items[calls_before_prefetch:],
+    }
+
+    page = await store.inspect(key, page_size=50)
+    by_text = {e.text: e.id for e in page.entries}
+    tea_id, cat_id = by_text.get("I like green tea"), by_text.get("My cat is called Miso")
+    from kagent.adk._memory_scope import bind_memory_scope, reset_memory_scope
+
+    scope_token = bind_memory_scope({"x-kagent-memory-scope": token_for(key)})
+    try:
+        await h.service.delete_memory(app_name=APP_NAME, user_id="alice@example.org",
+                                      memory_id=tea_id)
+    finally:
+        reset_memory_scope(scope_token)
+    after_forget = await h.turn("main", "LOAD green tea", key=key)
+    report["forget"] = {
+        "tea_id": tea_id,
+        "cat_id": cat_id,
+        "tea_rows": _scalar(admin_dsn, "SELECT count(*) FROM memory_entry WHERE id::text = %s",
+                            [tea_id]),
+        "cat_rows": _scalar(admin_dsn, "SELECT count(*) FROM memory_entry WHERE id::text = %s",
+                            [cat_id]),
+        "load_after": after_forget,
+        "forget_calls": h.controller.calls["forget"],
+    }
+
+    # 4. Auto-save (C6): the 'pre' session continues under consent.  Its five pre-consent turns
+    #    are not eligible; five eligible turns trigger one summary; a malformed one stores
+    #    nothing; the next window starts after the last summarised turn.
+    rows_before = _scalar(admin_dsn, "SELECT count(*) FROM memory_entry")
+    prompts_before = len(h.model._prompts)
+    h.model.summaries.append(f"I could not do it: {SENTINELS['summary']}")
+    window1 = [f"POST1-{i}-{secrets.token_hex(3)}" for i in range(5)]
+    per_turn_calls = []
+    for i, m in enumerate(window1):
+        await h.turn("pre", f"{m} I am learning Portuguese, lesson {i}", key=key)
+        per_turn_calls.append(len(h.model._prompts) - prompts_before)
+    rows_after_malformed = _scalar(admin_dsn, "SELECT count(*) FROM memory_entry")
+    transcript_rows = _scalar(admin_dsn, "SELECT count(*) FROM memory_entry WHERE content LIKE %s",
+                              [f"%{window1[0]}%"])
+    h.model.summaries.append(json.dumps(["User is learning Portuguese", "x" * 600]))
+    window2 = [f"POST2-{i}-{secrets.token_hex(3)}" for i in range(5)]
+    for i, m in enumerate(window2):
+        await h.turn("pre", f"{m} I practise every morning, day {i}", key=key)
+    rows_after_valid = _scalar(admin_dsn, "SELECT count(*) FROM memory_entry")
+    learned = _scalar(admin_dsn, "SELECT count(*) FROM memory_entry WHERE content = %s",
+                      ["User is learning Portuguese"])
+    h.model.summaries.append(RuntimeError(f"provider exploded: {SENTINELS['model_error']}"))
+    for i in range(5):
+        await h.turn("pre", f"POST3-{i} more chat", key=key)
+    rows_after_failure = _scalar(admin_dsn, "SELECT count(*) FROM memory_entry")
+    prompts = h.model._prompts[prompts_before:]
+    report["autosave"] = {
+        "summariser_calls_per_turn": per_turn_calls,
+        "prompts": len(prompts),
+        "prompt1_has_preconsent": marker in prompts[0] if prompts else None,
+        "prompt1_has_window1": all(m in prompts[0] for m in window1) if prompts else None,
+        "prompt2_has_window1": any(m in prompts[1] for m in window1) if len(prompts) > 1 else None,
+        "prompt2_has_window2": all(m in prompts[1] for m in window2) if len(prompts) > 1 else None,
+        "rows_before": rows_before,
+        "rows_after_malformed": rows_after_malformed,
+        "transcript_rows": transcript_rows,
+        "rows_after_valid": rows_after_valid,
+        "learned_rows": learned,
+        "rows_after_model_failure": rows_after_failure,
+    }
+
+    # 5. A failing embedding provider: nothing stored, the error body never logged.
+    h.embedder.fail_with = SENTINELS["embedding_error"]
+    report["embedding_failure"] = {
+        "save": await h.turn("main", "SAVE I like oolong", key=key),
+        "load": await h.turn("main", "LOAD oolong", key=key),
+    }
+    h.embedder.fail_with = None
+
+    # 6. Admission comes before any model or embedding work (A1): a fresh scope under a
+    #    budget of one unit per hour; an explicit save costs two.
+    key_b = make_key(room="!control-b:example.org")
+    await store.grant(key_b, purpose="personal_preferences")
+    h.controller.admission = Admission(store, MemoryPolicy(
+        version="test-tight", scope_ops_per_hour=1, explicit_burst=1, explicit_ops_per_minute=1))
+    calls_before = h.embedder.calls
+    report["admission"] = {
+        "save": await h.turn("budget", "SAVE I like chamomile", key=key_b),
+        "load": await h.turn("budget", "LOAD chamomile", key=key_b),
+        "embedding_calls": h.embedder.calls - calls_before,
+        "rows": _scalar(admin_dsn, "SELECT count(*) FROM memory_entry WHERE content LIKE %s",
+                        ["%chamomile%"]),
+    }
+
+    # 7. Where the assertion went: only to the controller, never into state or logs.
+    stored_headers = [json.dumps(s.state.get("headers") or {})
+                      for svc in h.session_services
+                      for sessions in svc.sessions.values()
+                      for by_user in sessions.values()
+                      for s in by_user.values()]
+    report["assertion"] = {
+        "in_session_state": any(t in blob for t in h.tokens for blob in stored_headers)
+        or any("x-kagent-memory-scope" in blob for blob in stored_headers),
+        "unverified_controller_calls": h.controller.unverified_calls,
+    }
+    report["background_tasks_tracked"] = hasattr(h.service, "_background_tasks")
+    report["controller_calls"] = dict(h.controller.calls)
+    token_forms = {f"token{i}": t for i, t in enumerate(h.tokens[:3])}
+    report["leaks"] = leaks(token_forms)
+    return report
+
+
+def _scalar(dsn: str, query: str, params: list | None = None):
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute(query, params or []).fetchone()
+        return None if row is None else row[0]
+
+
+def _plant(conn, sid: str, generation: int, text: str, expires_sql: str) -> None:
+    """Superuser-only test path (as tests/test_expiry.py): the insert trigger is skipped."""
+    vec = "[" + ",".join(f"{v:.6f}" for v in HashingEmbedder().embed_one(text)) + "]"
+    conn.execute("SET session_replication_role = replica")
+    conn.execute(
+        "INSERT INTO memory_entry (scope_id, content, embedding, generation, created_at,"
+        f" expires_at) VALUES (%s, %s, %s::vector, %s, now() - interval '7 days', {expires_sql})",
+        [sid, text, vec, generation])
+    conn.execute("SET session_replication_role = origin")
+
+
+async def main() -> dict[str, Any]:
+    store = None
+    if PATCHED:
+        store = await GovernedMemoryStore.open(os.environ["KGM_TEST_DSN"], local_server=LOCAL)
+        await store.migrate()
+    # Generous budgets for the scenario; section 6 swaps in a tight one.
+    loose = MemoryPolicy(version="test-loose", explicit_burst=1000, explicit_ops_per_minute=6000,
+                         scope_ops_per_hour=100000)
+    controller = TestController(store, SECRET.encode(), admission_policy=loose)
+    embedder = EmbeddingServer()
+    url = await embedder.start()
+    harness = Harness(controller, embedder, ScriptedLlm())
+    try:
+        await harness.build(url)
+        if PATCHED:
+            report = await run_patched(harness, store, os.environ["KGM_TEST_ADMIN_DSN"])
+        else:
+            report = await run_unpatched(harness)
+    finally:
+        await harness.client.aclose() if hasattr(harness, "client") else None
+        await embedder.stop()
+        if store is not None:
+            await store.close()
+    import kagent.adk._memory_service as memory_module
+
+    report["runtime"] = RUNTIME
+    report["memory_service_file"] = memory_module.__file__
+    report["log_lines"] = len(CAPTURE.lines)
+    return report
+
+
+if __name__ == "__main__":
+    try:
+        result = asyncio.run(main())
+    except BaseException:  # noqa: BLE001 - report, don't hide
+        result = {"runtime": RUNTIME, "driver_error": traceback.format_exc()}
+    log_file = os.environ.get("KGM_TEST_LOG_FILE")
+    if log_file:
+        with open(log_file, "w", encoding="utf-8") as f:
+            f.writelines(line + "\n" for _, _, line in CAPTURE.lines)
+    sys.stdout.write("KGM-REPORT " + json.dumps(result, default=str) + "\n")

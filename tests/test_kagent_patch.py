@@ -1,0 +1,335 @@
+"""The Python patch series (patches/kagent-v0.9.11/01xx-*.patch) against the real kagent-adk 0.9.11.
+
+The test tooling builds (once, cached) a separate virtualenv with ``kagent-adk==0.9.11``
+installed under upstream's own lock (``../shared/kagent-v0.9.11/constraints.txt``), copies the
+installed ``kagent/adk`` package twice, applies the series to one copy with ``git apply -p5``
+(the wheel's files are byte-identical to the tag), and runs ``kagent_runtime/driver.py`` in
+that venv against each copy, concurrently: kagent's own ``KAgentApp`` A2A server, executor,
+``AgentConfig._configure_memory`` wiring, ``KagentMemoryService``, tools and prefetch, a real
+google-adk ``Runner`` with a scripted model, the test controller (the governed API on the
+library's store and this session's ephemeral PostgreSQL) and a loopback embedding provider.
+
+The patched runtime must prove the gates; the unpatched runtime must fail them (so this test
+can fail).  Set ``KGM_SKIP_KAGENT_RUNTIME=1`` to skip (the only way it is skipped); a missing
+constraints file is a failure, not a skip.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+import psycopg
+import pytest
+from kagent_runtime.runtime_venv import (
+    RuntimeUnavailable,
+    default_constraints,
+    ensure_venv,
+    python_of,
+)
+from psycopg.conninfo import make_conninfo
+
+from kagent_governed_memory._embedded import APP_ROLE, prepare_app_database
+
+REPO = Path(__file__).resolve().parent.parent
+HERE = Path(__file__).resolve().parent / "kagent_runtime"
+PATCHES = REPO / "patches" / "kagent-v0.9.11"
+
+if os.environ.get("KGM_SKIP_KAGENT_RUNTIME", "").strip() not in ("", "0"):
+    pytest.skip("KGM_SKIP_KAGENT_RUNTIME is set", allow_module_level=True)
+
+# The OpenAI SDK's own DEBUG request dump (``openai._base_client``: "Request options: {...}")
+# contains every request body it sends -- chat prompts as much as embedding inputs.  That is
+# the SDK's logging, independent of memory and of these patches; run it at INFO in production.
+# It is the only logger/level allowed to carry a sentinel, and only at DEBUG.
+THIRD_PARTY_DEBUG_DUMPS = {"openai._base_client:DEBUG"}
+DRIVER_TIMEOUT = 600
+
+
+def _site_packages(python: Path) -> Path:
+    out = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                         capture_output=True, text=True, check=True)
+    return Path(out.stdout.strip())
+
+
+def _python_patches() -> list[Path]:
+    patches = sorted(PATCHES.glob("01[0-9][0-9]-*.patch"))
+    assert patches, f"no Python runtime patches (01xx-*.patch) in {PATCHES}"
+    return patches
+
+
+def _copy_package(kagent_dir: Path, target: Path) -> Path:
+    dest = target / "kagent" / "adk"
+    shutil.copytree(kagent_dir / "adk", dest, ignore=shutil.ignore_patterns("__pycache__"))
+    return target
+
+
+SRC = "diff --git a/python/packages/kagent-adk/src/kagent/adk/"
+NEW_TESTS = "diff --git a/python/packages/kagent-adk/tests/unittests/test_memory_"
+
+
+def _git_apply(patch: Path, root: Path, strip: int, include: str, expected: int) -> None:
+    """``--include`` silently skips what it does not match: count what it would apply first."""
+    env = {**os.environ, "GIT_CEILING_DIRECTORIES": str(root.parent)}
+    base = ["git", "apply", f"-p{strip}", f"--include={include}"]
+    stat = subprocess.run([*base, "--numstat", str(patch)], cwd=root, env=env,
+                          capture_output=True, text=True, check=False)
+    assert len(stat.stdout.splitlines()) == expected, (patch.name, stat.stdout, stat.stderr)
+    done = subprocess.run([*base, str(patch)], cwd=root, env=env, capture_output=True, text=True,
+                          check=False)
+    assert done.returncode == 0, (
+        f"{patch.name} does not apply to the installed kagent-adk 0.9.11:\n{done.stderr}")
+
+
+def _apply(patches: list[Path], package_root: Path, tests_root: Path) -> None:
+    """Source hunks → the package copy (``-p5``: ``python/packages/kagent-adk/src/kagent/adk/x``
+    → ``kagent/adk/x``); the unit-test files the series adds → ``tests_root`` (``-p4``).  The
+    one existing upstream test file the series extends (``test_embedding.py``) is not in the
+    wheel, so it is left out here."""
+    tests_root.mkdir(parents=True, exist_ok=True)
+    for patch in patches:
+        headers = [line for line in patch.read_text().splitlines() if line.startswith("diff --git ")]
+        src = [h for h in headers if h.startswith(SRC)]
+        new_tests = [h for h in headers if h.startswith(NEW_TESTS)]
+        others = [h for h in headers if h not in src and h not in new_tests]
+        assert src, f"{patch.name} changes no kagent-adk source"
+        assert all("/kagent-adk/tests/" in h for h in others), (patch.name, others)
+        _git_apply(patch, package_root, 5, "kagent/adk/*", len(src))
+        if new_tests:
+            _git_apply(patch, tests_root, 4, "tests/unittests/test_memory_*", len(new_tests))
+
+
+@pytest.fixture(scope="module")
+def kagent_runtime(tmp_path_factory) -> dict[str, Path]:
+    if shutil.which("git") is None:
+        pytest.fail("git is needed to apply the patch series (git apply)", pytrace=False)
+    try:
+        started = time.monotonic()
+        venv, built = ensure_venv(default_constraints(REPO))
+    except RuntimeUnavailable as exc:
+        pytest.fail(str(exc), pytrace=False)
+    python = python_of(venv)
+    kagent_dir = _site_packages(python) / "kagent"
+    root = tmp_path_factory.mktemp("kagent-adk")
+    unpatched = _copy_package(kagent_dir, root / "unpatched")
+    patched = _copy_package(kagent_dir, root / "patched")
+    _apply(_python_patches(), patched, root / "upstream-tests")
+    print(f"kagent venv {venv} ({'built' if built else 'cached'}, "
+          f"{time.monotonic() - started:.1f}s)")
+    return {"python": python, "patched": patched, "unpatched": unpatched, "logs": root,
+            "tests": root / "upstream-tests" / "tests" / "unittests"}
+
+
+@pytest.fixture(scope="module")
+def runtime_database(postgresql_proc):
+    """Like conftest's ``database``, once for this module (both drivers share one run)."""
+    name = f"k_{uuid.uuid4().hex[:16]}"
+    base = make_conninfo(host=postgresql_proc.host, port=postgresql_proc.port,
+                         user=postgresql_proc.user, dbname="postgres")
+    prepare_app_database(base, APP_ROLE, name, template=postgresql_proc.template_dbname)
+    yield {"dsn": make_conninfo(base, user=APP_ROLE, dbname=name),
+           "admin_dsn": make_conninfo(base, dbname=name)}
+    with psycopg.connect(base, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="module")
+def reports(kagent_runtime, runtime_database) -> dict[str, dict]:
+    """Run the driver against the patched and the unpatched copy, concurrently."""
+    runs = {}
+    for which in ("patched", "unpatched"):
+        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+        log = kagent_runtime["logs"] / f"{which}.log"
+        env.update({
+            "PYTHONPATH": os.pathsep.join([str(kagent_runtime[which]), str(REPO), str(HERE)]),
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "KGM_TEST_DSN": runtime_database["dsn"],
+            "KGM_TEST_ADMIN_DSN": runtime_database["admin_dsn"],
+            "KGM_TEST_LOG_FILE": str(log),
+        })
+        # Files, not pipes: a full pipe would stall one process while we wait for the other.
+        stdout = open(kagent_runtime["logs"] / f"{which}.stdout", "w+")  # noqa: SIM115
+        stderr = open(kagent_runtime["logs"] / f"{which}.stderr", "w+")  # noqa: SIM115
+        proc = subprocess.Popen([str(kagent_runtime["python"]), str(HERE / "driver.py"), which],
+                                env=env, stdout=stdout, stderr=stderr, text=True)
+        runs[which] = (proc, log, stdout, stderr)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env.update({"PYTHONPATH": str(kagent_runtime["patched"]), "PYTHONDONTWRITEBYTECODE": "1"})
+    unit_out = open(kagent_runtime["logs"] / "unit-tests.out", "w+")  # noqa: SIM115
+    unit = subprocess.Popen(
+        [str(kagent_runtime["python"]), "-m", "pytest", "-q", "-p", "no:cacheprovider",
+         "--rootdir", str(kagent_runtime["tests"]), str(kagent_runtime["tests"])],
+        cwd=kagent_runtime["tests"], env=env, stdout=unit_out, stderr=subprocess.STDOUT, text=True)
+    out = {}
+    try:
+        for which, (proc, log, stdout_file, stderr_file) in runs.items():
+            proc.wait(timeout=DRIVER_TIMEOUT)
+            stdout, stderr = _read(stdout_file), _read(stderr_file)
+            lines = [line for line in stdout.splitlines() if line.startswith("KGM-REPORT ")]
+            assert lines, (f"{which} driver printed no report (exit {proc.returncode}):\n"
+                           f"{stderr[-4000:]}")
+            report = json.loads(lines[-1].removeprefix("KGM-REPORT "))
+            assert "driver_error" not in report, f"{which} driver failed:\n{report['driver_error']}"
+            report["log_file"] = str(log)
+            out[which] = report
+        unit.wait(timeout=DRIVER_TIMEOUT)
+    finally:  # never leave a driver running behind a failed assertion or a timeout
+        for proc in [unit, *(run[0] for run in runs.values())]:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    unit_output = _read(unit_out)
+    out["unit_tests"] = {"returncode": unit.returncode, "output": unit_output,
+                         "files": sorted(p.name for p in kagent_runtime["tests"].glob("test_*.py"))}
+    assert out["patched"]["memory_service_file"].startswith(str(kagent_runtime["patched"]))
+    assert out["unpatched"]["memory_service_file"].startswith(str(kagent_runtime["unpatched"]))
+    return out
+
+
+def _read(f) -> str:
+    with f:
+        f.seek(0)
+        return f.read()
+
+
+def _reason(reply: str) -> str | None:
+    marker = "(reason: "
+    return reply.split(marker, 1)[1].split(")", 1)[0] if marker in reply else None
+
+
+def _no_memories(reply: str) -> bool:
+    return reply == 'tool said {"result": "{}"}'
+
+
+# -- the patched runtime proves the gates ---------------------------------------------------------
+
+def test_patched_no_collection_before_consent(reports):
+    """C2/A1: a valid assertion but no consent -- no save, no search, no summary, no embedding."""
+    before = reports["patched"]["before_consent"]
+    assert before["embedding_calls"] == 0
+    assert before["summariser_calls"] == 0
+    assert before["rows"] == 0 and before["legacy_items"] == 0
+    assert set(before["controller_calls"]) == {"generation"}  # no admit/search/entries
+    assert _reason(before["replies"][1]) == "consent_required"  # save_memory says so
+    assert _no_memories(before["replies"][2])
+
+
+def test_patched_per_request_disable_gate(reports):
+    """S4-S6: after consent, a request without a valid assertion for exactly this agent, a
+    local principal and the local audience gets no memory, and no embedding call is made."""
+    r = reports["patched"]
+    expected = {
+        "no_header": "assertion_missing",
+        "forged": "assertion_invalid",
+        "expired": "assertion_expired",
+        "other_agent": "agent_mismatch",
+        "audience_remote": "audience_denied",
+        "bridged_origin": "federation_denied",
+        "remote_principal": "remote_server_denied",
+    }
+    got = {name: _reason(v["save"]) for name, v in r["gate"].items()}
+    assert got == expected
+    assert all(_no_memories(v["load"]) for v in r["gate"].values())
+    assert r["gate_embedding_calls"] == 0 and r["gate_rows"] == 0
+
+
+def test_patched_consented_save_and_load(reports):
+    c = reports["patched"]["consented"]
+    assert all("Successfully saved" in s for s in c["saved"])
+    assert "I like green tea" in c["loaded"] and "My cat is called Miso" in c["loaded"]
+
+
+def test_patched_per_entry_forget(reports):
+    """B5/U3: ``delete_memory(memory_id=...)`` erases exactly that entry, verified unreadable."""
+    f = reports["patched"]["forget"]
+    assert f["tea_id"] and f["cat_id"] and f["forget_calls"] == 1
+    assert f["tea_rows"] == 0 and f["cat_rows"] == 1
+    assert "green tea" not in f["load_after"]
+
+
+def test_patched_read_time_expiry(reports):
+    """B2: an expired row (planted through the superuser path) is unreadable by load_memory and
+    by the prefetch, while a live row planted the same way is found."""
+    c = reports["patched"]["consented"]
+    assert c["live_marker"] in c["durian"]
+    assert c["expired_marker"] not in c["durian"]
+    assert c["prefetch_instruction_has_live"] is True
+    assert c["prefetch_instruction_has_expired"] is False
+
+
+def test_patched_prefetch_is_bounded(reports):
+    """A2: a first message of twelve sentences is prefetched with one embedding call of at most
+    eight sub-queries."""
+    assert reports["patched"]["consented"]["prefetch_embedding_items"] == [8]
+
+
+def test_patched_autosave_summarises_eligible_turns_and_never_the_raw_transcript(reports):
+    """C6 + the summariser: pre-consent turns are never summarised; one summary per five
+    eligible turns; a malformed summary or a model failure stores nothing (upstream stores the
+    raw transcript); facts over 512 bytes are dropped."""
+    a = reports["patched"]["autosave"]
+    assert a["summariser_calls_per_turn"] == [0, 0, 0, 0, 1]
+    assert a["prompts"] == 3
+    assert a["prompt1_has_preconsent"] is False and a["prompt1_has_window1"] is True
+    assert a["prompt2_has_window1"] is False and a["prompt2_has_window2"] is True
+    assert a["rows_after_malformed"] == a["rows_before"] and a["transcript_rows"] == 0
+    assert a["rows_after_valid"] == a["rows_before"] + 1 and a["learned_rows"] == 1
+    assert a["rows_after_model_failure"] == a["rows_after_valid"]
+
+
+def test_patched_admission_before_embedding_and_honest_failures(reports):
+    r = reports["patched"]
+    assert _reason(r["admission"]["save"]) == "budget_exhausted"
+    assert _no_memories(r["admission"]["load"])
+    assert r["admission"]["embedding_calls"] == 0 and r["admission"]["rows"] == 0
+    assert _reason(r["embedding_failure"]["save"]) == "embedding_failed"
+    assert _no_memories(r["embedding_failure"]["load"])
+
+
+def test_patched_assertion_stays_a_per_request_credential(reports):
+    r = reports["patched"]
+    assert r["assertion"]["in_session_state"] is False
+    assert r["assertion"]["unverified_controller_calls"] == 0  # every governed call carried it
+    assert r["background_tasks_tracked"] is True
+
+
+def test_patched_no_sentinel_in_logs(reports):
+    """B6: with the root logger at DEBUG, no sentinel from a load_memory query, a malformed
+    summary, a model error or an embedding-provider error body (nor an assertion token)
+    appears in any log line -- except the OpenAI SDK's own DEBUG request dump."""
+    r = reports["patched"]
+    assert r["log_lines"] > 1000  # DEBUG logging really was on
+    offending = {name: sorted(set(where) - THIRD_PARTY_DEBUG_DUMPS)
+                 for name, where in r["leaks"].items()}
+    assert all(not where for where in offending.values()), (offending, r["log_file"])
+
+
+# -- the unpatched runtime fails them ------------------------------------------------------------
+
+def test_unpatched_runtime_fails_the_gates(reports):
+    """Upstream 0.9.11 under the same driver: it collects without any consent, stores the raw
+    transcript when the summary is malformed, and logs the query and the malformed summary."""
+    u = reports["unpatched"]
+    before = u["before_consent"]
+    assert before["embedding_calls"] > 0 and before["summariser_calls"] == 1
+    assert before["raw_transcript_stored"] is True
+    assert "Successfully saved" in before["replies"][1]
+    leaked = {name: sorted(set(where) - THIRD_PARTY_DEBUG_DUMPS)
+              for name, where in u["leaks"].items()}
+    assert any(w.startswith("kagent") for w in leaked["query"]), leaked
+    assert any(w.startswith("kagent") for w in leaked["summary"]), leaked
+
+
+def test_series_unit_tests_pass_against_the_installed_runtime(reports):
+    """The unit tests the series adds upstream (tests/unittests/test_memory_*.py), run with
+    the kagent venv's pytest against the patched copy."""
+    unit = reports["unit_tests"]
+    assert unit["files"] == ["test_memory_autosave.py", "test_memory_scope.py",
+                             "test_memory_service.py", "test_memory_tools.py"]
+    assert unit["returncode"] == 0, unit["output"][-6000:]
+    assert " passed" in unit["output"] and "failed" not in unit["output"]
