@@ -1,0 +1,128 @@
+"""The benchmark's measuring functions at a tiny size, against an upstream-*shaped* table.
+
+Upstream kagent's own DDL and queries never enter this repository (benchmarks/upstream_sql.py
+reads them from a kagent source at run time), so this smoke test passes the measuring functions
+a stand-in written here: the column shape of test_migrations.py, a pair index, an HNSW index and
+statements with upstream's parameter order.  It checks that every row of the table is produced
+and that the numbers are sane — not how fast anything is.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+from test_migrations import UPSTREAM_SHAPED_MEMORY
+
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+sys.path.insert(0, str(BENCH))
+
+
+def _load(name: str, file: str):
+    spec = importlib.util.spec_from_file_location(name, BENCH / file)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+bench = _load("kgm_benchmarks_run", "run.py")
+upstream_sql = sys.modules["upstream_sql"]
+
+SHAPED = upstream_sql.UpstreamSQL(
+    migrations=(
+        ("shape", UPSTREAM_SHAPED_MEMORY),
+        ("indexes", ("CREATE INDEX memory_by_pair ON memory (agent_name, user_id);"
+                     " CREATE INDEX memory_by_vector ON memory"
+                     " USING hnsw (embedding vector_cosine_ops)")),
+    ),
+    # parameters in upstream's order: vector, agent, user, limit
+    search="SELECT id, content, 1 - (embedding <=> $1) AS similarity FROM memory"
+           " WHERE user_id = $3 AND agent_name = $2 ORDER BY embedding <=> $1 LIMIT $4",
+    insert="INSERT INTO memory (agent_name, user_id, content, embedding, metadata, created_at,"
+           " expires_at, access_count) SELECT $1, $2, $3, $4, $5, now(), $6, $7 RETURNING id",
+    increment="UPDATE memory SET access_count = access_count + 1 WHERE id = ANY ($1::text[])",
+    delete="DELETE FROM memory WHERE user_id = $2 AND agent_name = $1",
+    source="upstream-shaped stand-in (tests)",
+)
+
+TINY = bench.Size("tiny", scopes=8, facts=20, scaling=(4, 8), search_iters=30, warmup=5,
+                  recall_queries=8, save_iters=10, batch_iters=4, forget_iters=4,
+                  withdraw_iters=2, scaling_iters=20, log_blocks=3, log_records=300)
+
+ROWS = {"search", "search_sql", "search_path", "recall_default", "short_default",
+        "recall_relaxed", "short_relaxed", "save", "save_10", "forget", "withdraw", "rt_search",
+        "rt_save", "rt_save_10", "rt_erase", "rt_other", "log_own", "log_upstream",
+        "scale_80", "scale_160"}
+
+
+async def test_every_row_measured_at_a_tiny_size(database):
+    report = await bench.run_benchmark(database.dsn, SHAPED, TINY, admin_dsn=database.admin_dsn,
+                                       explain=True, buffer_stats=False)
+    assert {r.key for r in report.rows} == ROWS
+    # governed search is exact within the scope, whatever the other side does
+    assert report.row("recall_default").data["governed"]["recall"] == 1.0
+    assert report.row("short_default").governed == "0.0%"
+    for mode in ("default", "relaxed"):
+        up = report.row(f"recall_{mode}").data["upstream"]
+        assert 0.0 <= up["recall"] <= 1.0 and up["n"] == TINY.recall_queries
+    for key in ("search", "search_sql", "search_path", "save", "save_10", "forget", "withdraw",
+                "log_own", "log_upstream", "scale_160"):
+        assert report.row(key).ratio is not None and report.row(key).ratio > 0, key
+    assert report.row("search").data["governed"]["n"] == TINY.search_iters
+    assert report.row("withdraw").data == {"withdrawn": 2 * TINY.facts,
+                                           "upstream_deleted": 2 * TINY.facts}
+    assert report.row("forget").data == {"forgotten": TINY.forget_iters}
+    trips = report.row("rt_other").data
+    gov, up = trips["governed"], trips["upstream"]
+    assert (gov["search"], gov["save"], gov["save_10"], gov["forget"], gov["withdraw"]) == (
+        1, 1, 1, 2, 3)
+    assert (gov["grant"], gov["generation"], gov["admit"], gov["forget_all"]) == (1, 1, 1, 2)
+    assert (up["search"], up["search_sql"], up["save"], up["save_10"], up["delete"]) == (
+        2, 1, 1, 12, 1)
+    assert report.meta["rows_at_end"]["upstream"] > 0
+    assert {"upstream_search", "governed_search_inner", "profile_store_search",
+            "withdraw_steps", "profile_log_sanitizer"} <= set(report.plans)
+    assert "memory_entry" in report.plans["governed_search_inner"]  # the function's inner plan
+
+    async with await bench.connect(database.dsn) as conn:  # the hit-rate reading, on its own
+        await conn.execute("CREATE TABLE hits (n int)")
+        await conn.execute("INSERT INTO hits SELECT generate_series(1, 100)")
+        before = await bench.block_counts(conn, "hits")
+        await conn.execute("SELECT count(*) FROM hits")
+        await bench.flush_stats(conn)
+        rate = bench._hit_rate(before, await bench.block_counts(conn, "hits"))
+        assert rate is not None and 0.0 <= rate <= 1.0
+
+    table = bench.render_table(report).splitlines()
+    assert len(table) == len(ROWS) + 2
+    assert table[1] == "|" + "|".join(["---"] * 6) + "|"
+    assert {line.count(" | ") for line in table[:1] + table[2:]} == {5}
+
+
+def test_upstream_sql_is_read_from_a_source_not_shipped(tmp_path, monkeypatch):
+    monkeypatch.delenv("KAGENT_SRC", raising=False)
+    with pytest.raises(upstream_sql.UpstreamSourceError, match="git clone"):
+        upstream_sql.load(None)
+    assert bench.main(["--quick"]) == 2
+
+    # a checkout-shaped directory (contents written here, not upstream's)
+    mig = tmp_path / upstream_sql.MIGRATIONS_DIR
+    mig.mkdir(parents=True)
+    for name in ("000001_a.up.sql", "000001_a.down.sql", "000002_b.up.sql", "000003_c.up.sql"):
+        (mig / name).write_text(f"-- {name}\nSELECT 1;\n")
+    queries = tmp_path / upstream_sql.QUERIES_FILE
+    queries.parent.mkdir(parents=True)
+    queries.write_text("".join(
+        f"-- name: {n} :many\n-- a comment\nSELECT $1::int + $2\nFROM t;\n\n"
+        for n in upstream_sql.QUERY_NAMES))
+    loaded = upstream_sql.load(str(tmp_path))
+    assert [m[0] for m in loaded.migrations] == ["000001_a.up.sql", "000002_b.up.sql",
+                                                 "000003_c.up.sql"]
+    assert loaded.search == "SELECT $1::int + $2\nFROM t"
+    with pytest.raises(upstream_sql.UpstreamSourceError):
+        upstream_sql.to_psycopg("SELECT $1, $3")
+    with pytest.raises(upstream_sql.UpstreamSourceError):
+        upstream_sql.to_psycopg("SELECT sqlc.arg(name)")
