@@ -1,7 +1,7 @@
 """The kagent-adk 0.9.11 runtime the patch tests run against, in its own cached virtualenv.
 
 ``pip install -c <constraints> kagent-adk==0.9.11`` (upstream's ``python/uv.lock`` pins, see
-``../shared/kagent-v0.9.11/constraints.txt``) plus what the test controller needs; about 1.5-2
+``patches/kagent-v0.9.11/constraints.txt``) plus what the test controller needs; about 1.5-2
 minutes and 840 MB the first time, then reused.  The cache lives in
 ``$KGM_KAGENT_VENV_CACHE`` (default ``~/.cache/kagent-governed-memory/kagent-adk-0.9.11``),
 one directory per hash of (tooling version, Python version, constraints file, requirements).
@@ -43,10 +43,12 @@ class RuntimeUnavailable(RuntimeError):
 
 
 def default_constraints(repo_root: Path) -> Path:
+    """The repository's copy of upstream's v0.9.11 lock (``patches/kagent-v0.9.11/
+    constraints.txt``, the team's ``shared/kagent-v0.9.11/constraints.txt``), unless overridden."""
     override = os.environ.get("KGM_KAGENT_CONSTRAINTS")
     if override:
         return Path(override)
-    return repo_root.parent / "shared" / "kagent-v0.9.11" / "constraints.txt"
+    return repo_root / "patches" / "kagent-v0.9.11" / "constraints.txt"
 
 
 def cache_root() -> Path:
@@ -75,8 +77,8 @@ def ensure_venv(constraints: Path) -> tuple[Path, bool]:
     if not constraints.is_file():
         raise RuntimeUnavailable(
             f"kagent-adk constraints not found at {constraints}: the kagent runtime tests need "
-            "upstream's v0.9.11 lock as pip constraints (../shared/kagent-v0.9.11/constraints.txt "
-            "beside this repository, or KGM_KAGENT_CONSTRAINTS=<file>)"
+            "upstream's v0.9.11 lock as pip constraints (patches/kagent-v0.9.11/constraints.txt, "
+            "or KGM_KAGENT_CONSTRAINTS=<file>)"
         )
     key = venv_key(constraints.read_bytes())
     root = cache_root()
