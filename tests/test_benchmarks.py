@@ -41,9 +41,11 @@ SHAPED = upstream_sql.UpstreamSQL(
     # parameters in upstream's order: vector, agent, user, limit
     search="SELECT id, content, 1 - (embedding <=> $1) AS similarity FROM memory"
            " WHERE user_id = $3 AND agent_name = $2 ORDER BY embedding <=> $1 LIMIT $4",
-    insert="INSERT INTO memory (agent_name, user_id, content, embedding, metadata, created_at,"
-           " expires_at, access_count) SELECT $1, $2, $3, $4, $5, now(), $6, $7 RETURNING id",
-    increment="UPDATE memory SET access_count = access_count + 1 WHERE id = ANY ($1::text[])",
+    insert="INSERT INTO memory (content, agent_name, user_id, embedding, access_count, metadata,"
+           " expires_at, created_at) VALUES ($3, $1, $2, $4, $7, $5, $6, clock_timestamp())"
+           " RETURNING id",
+    increment="UPDATE memory AS m SET access_count = m.access_count + 1"
+              " FROM unnest($1::text[]) AS hit(id) WHERE m.id = hit.id",
     delete="DELETE FROM memory WHERE user_id = $2 AND agent_name = $1",
     source="upstream-shaped stand-in (tests)",
 )
