@@ -1312,8 +1312,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             say("embedded PostgreSQL started")
             report = asyncio.run(run_benchmark(pg.dsn, upstream, size, admin_dsn=pg.admin_dsn,
                                                explain=args.explain, progress=say))
+    given = list(argv if argv is not None else sys.argv[1:])
+    shown = ["<dsn>" if i and given[i - 1] in ("--dsn", "--admin-dsn") else
+             a.split("=", 1)[0] + "=<dsn>" if a.startswith(("--dsn=", "--admin-dsn=")) else a
+             for i, a in enumerate(given)]  # a DSN may carry a password
     report.meta["command"] = "python " + " ".join(
-        shlex.quote(a) for a in ["benchmarks/run.py", *(argv if argv is not None else sys.argv[1:])])
+        shlex.quote(a) for a in ["benchmarks/run.py", *shown])
     if args.json:
         print(json.dumps({"rows": [asdict(r) for r in report.rows], "meta": report.meta,
                           "plans": report.plans}, indent=2, default=str))
