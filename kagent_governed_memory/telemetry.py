@@ -59,6 +59,7 @@ _OPERATIONS = frozenset({
 _STANDARD = frozenset(logging.makeLogRecord({}).__dict__) | {"message", "asctime", "taskName"}
 _REDACTED = "<redacted>"
 _MARK = "_kgm_content_free"
+_OWN, _UPSTREAM, _OTHER = object(), object(), object()
 
 
 def _is(name: str, prefixes: Iterable[str]) -> bool:
@@ -83,25 +84,38 @@ class ContentFreeLogging(logging.Filter):
         self.upstream = tuple(upstream)
         self._original_make_record: Any = None
         self._handlers: list[logging.Handler] = []
+        self._kinds: dict[str, object] = {}
 
     # -- the rewrite ------------------------------------------------------------------------
 
     def sanitize(self, record: logging.LogRecord) -> logging.LogRecord:
-        if record.__dict__.get(_MARK):
+        fields = record.__dict__
+        if _MARK in fields:
             return record
-        if _is(record.name, (OWN_PREFIX,)):
+        kind = self._kind(record.name)
+        if kind is _OWN:
             self._own(record)
-        elif _is(record.name, self.upstream):
+        elif kind is _UPSTREAM:
             self._upstream(record)
-        record.__dict__[_MARK] = True
+        fields[_MARK] = True
         return record
+
+    def _kind(self, name: str) -> object:
+        """Which rule a logger follows, decided once per logger name."""
+        kind = self._kinds.get(name)
+        if kind is None:
+            kind = (_OWN if _is(name, (OWN_PREFIX,)) else
+                    _UPSTREAM if _is(name, self.upstream) else _OTHER)
+            if len(self._kinds) < 4096:
+                self._kinds[name] = kind
+        return kind
 
     def _own(self, record: logging.LogRecord) -> None:
         if not isinstance(record.msg, str):
             record.msg = f"{record.name} event"
             record.args = ()
         elif isinstance(record.args, tuple):
-            record.args = tuple(_safe_arg(a) for a in record.args)
+            record.args = tuple([_safe_arg(a) for a in record.args])
         elif isinstance(record.args, dict):
             record.args = {k: _safe_arg(v) for k, v in record.args.items()}
         self._strip(record, keep_extra=True)
@@ -118,11 +132,12 @@ class ContentFreeLogging(logging.Filter):
         record.exc_info = None
         record.exc_text = None
         record.stack_info = None
-        record.__dict__.pop("message", None)
-        for name in [n for n in record.__dict__ if n not in _STANDARD and n != _MARK]:
-            value = record.__dict__[name]
+        fields = record.__dict__
+        fields.pop("message", None)
+        extras = fields.keys() - _STANDARD
+        for name in extras:
             own = keep_extra and name.startswith("kgm_")
-            record.__dict__[name] = _safe_arg(value) if own else _REDACTED
+            fields[name] = _safe_arg(fields[name]) if own else _REDACTED
 
     def filter(self, record: logging.LogRecord) -> bool:
         self.sanitize(record)
