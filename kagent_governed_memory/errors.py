@@ -226,6 +226,7 @@ _SQLSTATE: dict[str, tuple[type[GovernanceError], ReasonCode]] = {
     "22021": (InvalidInput, ReasonCode.INVALID_TEXT),  # character_not_in_repertoire
     "22P05": (InvalidInput, ReasonCode.INVALID_TEXT),  # untranslatable_character
     "22000": (InvalidInput, ReasonCode.INVALID_EMBEDDING),  # pgvector: dimensions / NaN
+    "22003": (InvalidInput, ReasonCode.INVALID_EMBEDDING),  # a value beyond float4
     "22023": (InvalidInput, ReasonCode.INVALID_ARGUMENT),  # invalid_parameter_value
     "23514": (InvalidInput, ReasonCode.INVALID_ARGUMENT),  # check_violation
     "42P01": (StoreUnavailable, ReasonCode.SCHEMA_OUTDATED),  # undefined_table

@@ -18,6 +18,7 @@ import struct
 import time
 import uuid
 import weakref
+from array import array
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, Self
@@ -535,15 +536,19 @@ def _check_fact(fact: object, max_bytes: int) -> None:
 
 
 def _floats(values: object) -> list[float] | None:
+    """768 finite numbers, or None.  Converted and summed in C: this check is on every search's
+    path; the per-value scan only runs when the sum is not finite (NaN, inf, or an overflow)."""
     if isinstance(values, str | bytes) or not hasattr(values, "__len__"):
         return None
     if len(values) != EMBEDDING_DIMENSION:  # type: ignore[arg-type]
         return None
     try:
-        out = [float(v) for v in values]  # type: ignore[union-attr]
+        numbers = array("d", values)  # type: ignore[arg-type]
     except (TypeError, ValueError, OverflowError):
         return None
-    return out if all(math.isfinite(v) for v in out) else None
+    if not math.isfinite(sum(numbers)) and not all(map(math.isfinite, numbers)):
+        return None
+    return numbers.tolist()
 
 
 def _vector(values: object) -> Vector:

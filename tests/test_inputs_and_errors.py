@@ -328,3 +328,11 @@ def test_import_and_open_change_no_global_logging(database):
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert done.stdout.strip() == "ok", done.stderr
+
+
+async def test_values_beyond_float4_are_an_embedding_error(store, database, granted):
+    key, g = granted
+    with pytest.raises(InvalidInput) as err:
+        await store.save(key, g, facts=["fact"], embeddings=[[1e308] * 768])
+    assert err.value.reason is ReasonCode.INVALID_EMBEDDING
+    assert physical_rows(database) == 0
