@@ -18,6 +18,20 @@ LANGUAGE sql STABLE AS $$
        AND scope_kind = p_kind AND room_id = p_room
 $$;
 
+-- The same row, locked against concurrent writers of this scope (grant, clear, verify, and the
+-- insert fence, which takes the same lock) until the calling transaction ends.
+CREATE OR REPLACE FUNCTION memory_scope_lock(
+    p_mxid TEXT, p_origin TEXT, p_namespace TEXT, p_agent TEXT, p_kind TEXT, p_room TEXT)
+RETURNS memory_scope
+LANGUAGE sql VOLATILE AS $$
+    SELECT *
+      FROM memory_scope
+     WHERE principal_mxid = p_mxid AND principal_origin = p_origin
+       AND agent_namespace = p_namespace AND agent_name = p_agent
+       AND scope_kind = p_kind AND room_id = p_room
+       FOR NO KEY UPDATE
+$$;
+
 -- The one read path (B2, B5): search, inspect, status counts and erasure verification all read
 -- through it, so "verified unreadable" means unreadable by search.
 CREATE OR REPLACE FUNCTION memory_readable(p_scope UUID)
@@ -82,9 +96,7 @@ BEGIN
             p_max_ttl, p_entry_cap, p_fact_max_bytes)
     ON CONFLICT ON CONSTRAINT memory_scope_key DO NOTHING;
 
-    SELECT * INTO s FROM memory_scope
-     WHERE id = (memory_scope_row(p_mxid, p_origin, p_namespace, p_agent, p_kind, p_room)).id
-       FOR NO KEY UPDATE;
+    s := memory_scope_lock(p_mxid, p_origin, p_namespace, p_agent, p_kind, p_room);
 
     IF s.failure_reason IS NOT NULL THEN
         RAISE EXCEPTION 'erasure_pending' USING ERRCODE = 'KGC03';
@@ -321,9 +333,7 @@ DECLARE
     s memory_scope%ROWTYPE;
     n BIGINT := 0;
 BEGIN
-    SELECT * INTO s FROM memory_scope
-     WHERE id = (memory_scope_row(p_mxid, p_origin, p_namespace, p_agent, p_kind, p_room)).id
-       FOR NO KEY UPDATE;
+    s := memory_scope_lock(p_mxid, p_origin, p_namespace, p_agent, p_kind, p_room);
     IF s.id IS NULL THEN
         RETURN;
     END IF;
@@ -356,9 +366,7 @@ DECLARE
     readable  BIGINT;
     remaining BIGINT;
 BEGIN
-    SELECT * INTO s FROM memory_scope
-     WHERE id = (memory_scope_row(p_mxid, p_origin, p_namespace, p_agent, p_kind, p_room)).id
-       FOR NO KEY UPDATE;
+    s := memory_scope_lock(p_mxid, p_origin, p_namespace, p_agent, p_kind, p_room);
     IF s.id IS NULL THEN
         RETURN QUERY SELECT NULL::BIGINT, now();
         RETURN;
