@@ -8,6 +8,7 @@ apart from chat-token metrics.
 
 from __future__ import annotations
 
+import functools
 from enum import StrEnum
 
 from opentelemetry import metrics, trace
@@ -58,8 +59,6 @@ class Metering:
 def traced(operation: Operation):
     """Run a coroutine method inside a ``kgm.memory.<operation>`` span whose only attributes
     are the operation, its outcome and a count (set by ``Metering.count``)."""
-    import functools
-
     def wrap(fn):
         @functools.wraps(fn)
         async def run(*args, **kwargs):
