@@ -34,6 +34,7 @@ from .errors import (
     StoreUnavailable,
 )
 from .identity import AgentIdentity, MemoryScope, OriginKind, Principal, ScopeKey, ScopeKind
+from .migrations import SERVICE_ROLE, migrate
 from .models import (
     ConsentReceipt,
     ErasureReceipt,
@@ -71,6 +72,7 @@ def __getattr__(name: str):
 __all__ = [
     "EMBEDDING_DIMENSION",
     "PROTOTYPE_POLICY",
+    "SERVICE_ROLE",
     "Admission",
     "AdmissionDenied",
     "AgentIdentity",
@@ -118,6 +120,7 @@ __all__ = [
     "configure_governed_memory",
     "install_content_free_logging",
     "memory_request",
+    "migrate",
     "parse_memory_command",
     "sign_scope_assertion",
     "verify_scope_assertion",

@@ -14,9 +14,12 @@ import tempfile
 from pathlib import Path
 from typing import Self
 
-__all__ = ["EmbeddedPostgres", "pg_bin_dir", "pg_ctl_executable", "prepare_app_database"]
+__all__ = ["APP_ROLE", "OWNER_ROLE", "EmbeddedPostgres", "pg_bin_dir", "pg_ctl_executable",
+           "prepare_app_database"]
 
 _NOBODY = 65534
+SERVICE_ROLE = "kagent_memory_service"
+OWNER_ROLE = "kgm_owner"
 APP_ROLE = "kgm_app"
 APP_DATABASE = "kgm"
 
@@ -62,21 +65,33 @@ def pg_ctl_executable() -> str:
     return str(wrapper)
 
 
-def prepare_app_database(admin_dsn: str, role: str, database: str, template: str = "") -> None:
-    """A non-superuser role owning its database, with pgvector created by the superuser.
+def prepare_app_database(admin_dsn: str, database: str, template: str = "") -> None:
+    """The two-role setup of docs/database-roles.md, made by the superuser ``admin_dsn``:
 
-    The service must not be a superuser: superusers bypass row-level security (B7).
+    * ``kgm_owner`` (login, no superuser, no BYPASSRLS) owns ``database`` and runs migrations:
+      it is the trust root;
+    * ``kgm_app`` (login) is only a member of ``kagent_memory_service``: EXECUTE on the
+      governed functions, no table privilege.  Applications and tests connect as it.
+
+    pgvector is created by the superuser (it is not a trusted extension).
     """
     import psycopg
     from psycopg import sql
 
     with psycopg.connect(admin_dsn, autocommit=True) as conn:
-        exists = conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", [role]).fetchone()
-        if not exists:
-            conn.execute(sql.SQL("CREATE ROLE {} LOGIN NOSUPERUSER NOBYPASSRLS").format(
-                sql.Identifier(role)))
+        def has(role: str) -> bool:
+            return conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", [role]).fetchone() is not None
+
+        if not has(SERVICE_ROLE):
+            conn.execute(sql.SQL("CREATE ROLE {} NOLOGIN").format(sql.Identifier(SERVICE_ROLE)))
+        if not has(OWNER_ROLE):
+            conn.execute(sql.SQL("CREATE ROLE {} LOGIN NOSUPERUSER NOBYPASSRLS NOCREATEROLE").format(
+                sql.Identifier(OWNER_ROLE)))
+        if not has(APP_ROLE):
+            conn.execute(sql.SQL("CREATE ROLE {} LOGIN NOSUPERUSER NOBYPASSRLS IN ROLE {}").format(
+                sql.Identifier(APP_ROLE), sql.Identifier(SERVICE_ROLE)))
         create = sql.SQL("CREATE DATABASE {} OWNER {}").format(
-            sql.Identifier(database), sql.Identifier(role))
+            sql.Identifier(database), sql.Identifier(OWNER_ROLE))
         if template:
             create += sql.SQL(" TEMPLATE {}").format(sql.Identifier(template))
         conn.execute(create)
@@ -92,8 +107,9 @@ class EmbeddedPostgres:
     def __init__(self) -> None:
         self._root: Path | None = None
         self._pg_ctl = pg_ctl_executable()
-        self.dsn = ""
-        self.admin_dsn = ""
+        self.dsn = ""  # the application: a member of kagent_memory_service
+        self.owner_dsn = ""  # the schema owner: migrations only
+        self.admin_dsn = ""  # the superuser, same database
 
     def start(self) -> EmbeddedPostgres:
         self._root = Path(tempfile.mkdtemp(prefix="kgm-pg-"))
@@ -103,8 +119,9 @@ class EmbeddedPostgres:
                   "-o", "-U postgres --auth=trust -E UTF8 --no-locale")
         self._run("start", "-D", str(data), "-w", "-s", "-l", str(self._root / "server.log"),
                   "-o", f"-k {sock} -c listen_addresses='' -p 5432 -c fsync=off")
-        self.admin_dsn = f"host={sock} port=5432 user=postgres dbname=postgres"
-        prepare_app_database(self.admin_dsn, APP_ROLE, APP_DATABASE)
+        prepare_app_database(f"host={sock} port=5432 user=postgres dbname=postgres", APP_DATABASE)
+        self.admin_dsn = f"host={sock} port=5432 user=postgres dbname={APP_DATABASE}"
+        self.owner_dsn = f"host={sock} port=5432 user={OWNER_ROLE} dbname={APP_DATABASE}"
         self.dsn = f"host={sock} port=5432 user={APP_ROLE} dbname={APP_DATABASE}"
         return self
 

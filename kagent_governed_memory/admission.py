@@ -18,10 +18,10 @@ import hashlib
 from collections.abc import Callable
 from datetime import datetime
 
-from .errors import AdmissionDenied, InvalidInput, ReasonCode
+from .errors import AdmissionDenied, ConsentRequired, InvalidInput, ReasonCode
 from .identity import ScopeKey
 from .policy import MemoryPolicy
-from .store import GovernedMemoryStore
+from .store import GovernedMemoryStore, _key
 
 __all__ = ["Admission"]
 
@@ -40,9 +40,18 @@ class Admission:
         self.policy = policy or store.policy
         self._clock = clock  # None: the database's clock, shared by every replica
 
-    async def admit(self, key: ScopeKey, *, units: int, explicit: bool = False) -> None:
+    async def admit(self, key: ScopeKey, generation: int | None, *, units: int,
+                    explicit: bool = False) -> None:
         """Consume ``units`` from the scope's hourly budget (and one explicit operation from
-        the sender's per-minute budget when ``explicit``), or consume nothing and refuse."""
+        the sender's per-minute budget when ``explicit``), or consume nothing and refuse.
+
+        The consent fence is checked in the same transaction: a withdrawn, stale, expired or
+        re-versioned ``generation`` raises ``ConsentRequired``/``StaleGeneration`` and admits
+        no work."""
+        if generation is None:
+            raise ConsentRequired(ReasonCode.CONSENT_REQUIRED)
+        if not isinstance(generation, int) or isinstance(generation, bool) or generation < 0:
+            raise InvalidInput(ReasonCode.INVALID_ARGUMENT, field="generation")
         if not isinstance(units, int) or isinstance(units, bool) or units < 1:
             raise InvalidInput(ReasonCode.INVALID_ARGUMENT, field="units")
         p = self.policy
@@ -54,7 +63,9 @@ class Admission:
         names, costs, capacities, refills, periods = (list(col) for col in zip(*buckets, strict=True))
         now = self._clock() if self._clock else None
         row = await self._store._one(
-            "admit", "AdmitMemoryWork", [names, costs, capacities, refills, periods, now]
+            "admit", "AdmitMemoryWork",
+            [*_key(key), generation, self._store.policy.version,
+             names, costs, capacities, refills, periods, now],
         )
         refused = int(row[0]) if row else 1
         if refused:

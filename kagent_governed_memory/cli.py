@@ -16,9 +16,13 @@ from ._embedded import EmbeddedPostgres, EmbeddedUnavailable
 from .embedding import HashingEmbedder
 from .errors import ConsentRequired, GovernanceError
 from .identity import AgentIdentity, MemoryScope, OriginKind, Principal, ScopeKey
+from .migrations import LATEST_VERSION, migrate
 from .store import GovernedMemoryStore
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNAVAILABLE = 0, 1, 2, 3
+# Setup mistakes, not outages: exit 2 like a usage error.
+_CONFIGURATION = {"permission_denied", "privileged_role", "service_role_missing",
+                  "local_server_mismatch"}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -36,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         if exc.reason.value in ("store_unavailable", "schema_outdated"):
             return EXIT_UNAVAILABLE
-        if exc.reason.value.startswith("invalid_"):
+        if exc.reason.value.startswith("invalid_") or exc.reason.value in _CONFIGURATION:
             return EXIT_USAGE
         return EXIT_FAILED
     except KeyboardInterrupt:
@@ -57,8 +61,9 @@ def _parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", parents=[common],
                           help="walk one scope through consent, save, search, forget, withdraw")
     demo.set_defaults(handler=_demo)
-    sub.add_parser("migrate", parents=[common], help="apply the SQL migrations").set_defaults(
-        handler=_with_store(_migrate))
+    sub.add_parser("migrate", parents=[common],
+                   help="apply the SQL migrations; --dsn is the OWNER role (the trust root), "
+                   "never the application's login").set_defaults(handler=_migrate)
     sub.add_parser("sweep", parents=[common],
                    help="physically delete expired rows (CronJob); non-zero exit on failure"
                    ).set_defaults(handler=_with_store(_sweep))
@@ -76,6 +81,13 @@ def _parser() -> argparse.ArgumentParser:
     off.add_argument("--origin", default=OriginKind.NATIVE_LOCAL.value,
                      choices=[o.value for o in OriginKind])
     off.set_defaults(handler=_with_store(_offboard))
+    unblock = sub.add_parser("unblock", parents=[common],
+                             help="lift an offboarding block so the principal may consent again; "
+                             "--dsn is the OWNER role")
+    unblock.add_argument("--principal", required=True, help="complete MXID")
+    unblock.add_argument("--origin", default=OriginKind.NATIVE_LOCAL.value,
+                         choices=[o.value for o in OriginKind])
+    unblock.set_defaults(handler=_with_store(_unblock, privileged=True))
     return p
 
 
@@ -88,17 +100,26 @@ def _key_args(p: argparse.ArgumentParser, *, required: bool = True) -> None:
     p.add_argument("--room", required=required, help="control room ID")
 
 
+def _check_dsn(args: argparse.Namespace) -> int | None:
+    if not args.dsn:
+        print("error: no database: pass --dsn or set KGM_DSN", file=sys.stderr)
+        return EXIT_USAGE
+    if not _valid_dsn(args.dsn):
+        print("error: the DSN is not a valid PostgreSQL connection string", file=sys.stderr)
+        return EXIT_USAGE
+    return None
+
+
 def _with_store(
     fn: Callable[[GovernedMemoryStore, argparse.Namespace], Awaitable[int]],
+    *,
+    privileged: bool = False,
 ) -> Callable[[argparse.Namespace], Awaitable[int]]:
     async def run(args: argparse.Namespace) -> int:
-        if not args.dsn:
-            print("error: no database: pass --dsn or set KGM_DSN", file=sys.stderr)
-            return EXIT_USAGE
-        if not _valid_dsn(args.dsn):
-            print("error: the DSN is not a valid PostgreSQL connection string", file=sys.stderr)
-            return EXIT_USAGE
-        async with await GovernedMemoryStore.open(args.dsn, local_server=args.local_server) as s:
+        if (bad := _check_dsn(args)) is not None:
+            return bad
+        async with await GovernedMemoryStore.open(args.dsn, local_server=args.local_server,
+                                                  sweep_every=None, privileged=privileged) as s:
             return await fn(s, args)
 
     return run
@@ -108,11 +129,21 @@ def _emit(args: argparse.Namespace, payload: dict[str, Any], human: str) -> None
     print(json.dumps(payload, default=str, sort_keys=True) if args.json else human)
 
 
-async def _migrate(store: GovernedMemoryStore, args: argparse.Namespace) -> int:
-    applied = await store.migrate()
-    version = await store.schema_version()
+async def _migrate(args: argparse.Namespace) -> int:
+    if (bad := _check_dsn(args)) is not None:
+        return bad
+    applied = await migrate(args.dsn, local_server=args.local_server)
+    version = LATEST_VERSION
     _emit(args, {"applied": applied, "version": version},
           f"migrations applied: {len(applied)}; schema version {version}")
+    return EXIT_OK
+
+
+async def _unblock(store: GovernedMemoryStore, args: argparse.Namespace) -> int:
+    principal = Principal(mxid=args.principal, origin=args.origin)
+    lifted = await store.unblock(principal)
+    _emit(args, {"principal_id": principal.opaque_id, "lifted": lifted},
+          f"principal {principal.opaque_id}: " + ("block lifted" if lifted else "was not blocked"))
     return EXIT_OK
 
 
@@ -165,14 +196,29 @@ async def _offboard(store: GovernedMemoryStore, args: argparse.Namespace) -> int
 
 
 async def _demo(args: argparse.Namespace) -> int:
-    if args.dsn:
+    if args.dsn:  # an application login on an already migrated database
         return await _demo_run(args.dsn, args.local_server)
     print("starting an embedded PostgreSQL 18 + pgvector (no --dsn given) ...")
     server = await asyncio.to_thread(EmbeddedPostgres().start)
     try:
+        applied = await migrate(server.owner_dsn, local_server=args.local_server)
+        print(f"  migrated as the owner role: {len(applied)} migration(s); the demo now "
+              "connects as an application login (a member of kagent_memory_service)")
         return await _demo_run(server.dsn, args.local_server)
     finally:
         await asyncio.to_thread(server.stop)
+
+
+async def _raw_sql_refused(dsn: str) -> str:
+    """What a model-chosen tool holding the application's login gets from raw SQL."""
+    import psycopg
+
+    try:
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+            await conn.execute("SELECT count(*) FROM memory_entry")
+    except psycopg.Error as exc:
+        return f"refused (SQLSTATE {exc.sqlstate})"
+    return "ALLOWED (this must not happen)"
 
 
 async def _demo_run(dsn: str, local_server: str) -> int:
@@ -185,9 +231,15 @@ async def _demo_run(dsn: str, local_server: str) -> int:
     facts = ["Alice prefers tea over coffee", "Alice's project is called Lighthouse",
              "Alice works from Lisbon on Fridays"]
     vectors = await embedder.embed(facts)
-    async with await GovernedMemoryStore.open(dsn, local_server=local_server) as store:
+    async with await GovernedMemoryStore.open(dsn, local_server=local_server,
+                                              sweep_every=None) as store:
         step = _Steps()
-        step("migrate", f"applied {len(await store.migrate())} migration(s)")
+        await store.migrate()  # applies nothing as the application; says so if outdated
+        step("schema", f"version {await store.schema_version()}")
+        raw = await _raw_sql_refused(dsn)
+        step("raw SQL on memory_entry as the application login", raw)
+        if not raw.startswith("refused"):
+            return EXIT_FAILED
         step("scope", f"{key.opaque_id} (principal, agent, control room)")
         try:
             await store.save(key, await store.generation(key), facts=facts, embeddings=vectors)

@@ -40,16 +40,19 @@ class ReasonCode(StrEnum):
     REMOTE_SERVER_DENIED = "remote_server_denied"
     SCOPE_KIND_RESERVED = "scope_kind_reserved"
     SCOPE_MISMATCH = "scope_mismatch"
+    PRINCIPAL_OFFBOARDED = "principal_offboarded"
     # consent and fence
     CONSENT_REQUIRED = "consent_required"
     CONSENT_CONFLICT = "consent_conflict"
     STALE_GENERATION = "stale_generation"
     ERASURE_PENDING = "erasure_pending"
+    CONSENT_POLICY_CHANGED = "consent_policy_changed"
     # caps and input
     ENTRY_CAP_REACHED = "entry_cap_reached"
     FACT_TOO_LARGE = "fact_too_large"
     TTL_EXCEEDS_POLICY = "ttl_exceeds_policy"
     IMMUTABLE_ENTRY = "immutable_entry"
+    AUDIT_APPEND_ONLY = "audit_append_only"
     INVALID_TEXT = "invalid_text"
     INVALID_EMBEDDING = "invalid_embedding"
     INVALID_PAGE_SIZE = "invalid_page_size"
@@ -102,6 +105,11 @@ class ReasonCode(StrEnum):
     STORE_UNAVAILABLE = "store_unavailable"
     DATABASE_ERROR = "database_error"
     SCHEMA_OUTDATED = "schema_outdated"
+    # database roles and configuration
+    PERMISSION_DENIED = "permission_denied"
+    PRIVILEGED_ROLE = "privileged_role"
+    SERVICE_ROLE_MISSING = "service_role_missing"
+    LOCAL_SERVER_MISMATCH = "local_server_mismatch"
 
 
 _ID_VALUE = re.compile(r"^[A-Za-z0-9_.:-]{1,80}$")
@@ -113,7 +121,23 @@ _DEFAULT_HINT: dict[ReasonCode, str] = {
     ReasonCode.ERASURE_PENDING: "an erasure has not been verified; withdraw() again before granting",
     ReasonCode.CONSENT_CONFLICT: "consent exists with another purpose or policy; withdraw() first",
     ReasonCode.STORE_UNAVAILABLE: "the database could not be reached; retry later",
-    ReasonCode.SCHEMA_OUTDATED: "the governed schema is missing or old; run migrate()",
+    ReasonCode.SCHEMA_OUTDATED: "the governed schema is missing or old; run "
+    "`kagent-governed-memory migrate --dsn <owner DSN>` (or migrate(owner_dsn))",
+    ReasonCode.CONSENT_POLICY_CHANGED: "consent was given under another policy version; "
+    "the subject must consent again (withdraw, then grant)",
+    ReasonCode.PRINCIPAL_OFFBOARDED: "the principal was offboarded; an operator must lift the "
+    "block (`kagent-governed-memory unblock` as the owner) before a new grant",
+    ReasonCode.AUDIT_APPEND_ONLY: "audit rows are append-only within their 400-day retention",
+    ReasonCode.PERMISSION_DENIED: "the database role lacks a privilege: applications connect as a "
+    "member of kagent_memory_service, migrations run as the owner role",
+    ReasonCode.PRIVILEGED_ROLE: "this login is a superuser, BYPASSRLS or the schema owner: "
+    "connect as a member of kagent_memory_service (CREATE ROLE app LOGIN IN ROLE "
+    "kagent_memory_service), or pass privileged=True for operator tooling",
+    ReasonCode.SERVICE_ROLE_MISSING: "role kagent_memory_service does not exist and the "
+    "migrating role may not create it: an administrator runs CREATE ROLE kagent_memory_service "
+    "NOLOGIN, then migrate again",
+    ReasonCode.LOCAL_SERVER_MISMATCH: "the database is configured for another local homeserver; "
+    "pass the same local_server as every other store of this database",
     ReasonCode.SPAN_CONTENT_CAPTURE: "google-adk captures message content in spans; set "
     "ADK_CAPTURE_MESSAGE_CONTENT_IN_SPANS=false",
     ReasonCode.ASSERTION_EXPIRED: "the scope assertion has expired; the bridge must sign a new one",
@@ -223,6 +247,12 @@ _SQLSTATE: dict[str, tuple[type[GovernanceError], ReasonCode]] = {
     "KGT01": (InvalidInput, ReasonCode.TTL_EXCEEDS_POLICY),
     "KGI01": (InvalidInput, ReasonCode.IMMUTABLE_ENTRY),
     "KGD01": (ScopeDenied, ReasonCode.SCOPE_KIND_RESERVED),
+    "KGC04": (ConsentRequired, ReasonCode.CONSENT_POLICY_CHANGED),
+    "KGD02": (ScopeDenied, ReasonCode.REMOTE_SERVER_DENIED),
+    "KGD03": (ScopeDenied, ReasonCode.PRINCIPAL_OFFBOARDED),
+    "KGA01": (InvalidInput, ReasonCode.AUDIT_APPEND_ONLY),
+    "KGR01": (StoreUnavailable, ReasonCode.SERVICE_ROLE_MISSING),
+    "42501": (StoreUnavailable, ReasonCode.PERMISSION_DENIED),  # insufficient_privilege
     "22021": (InvalidInput, ReasonCode.INVALID_TEXT),  # character_not_in_repertoire
     "22P05": (InvalidInput, ReasonCode.INVALID_TEXT),  # untranslatable_character
     "22000": (InvalidInput, ReasonCode.INVALID_EMBEDDING),  # pgvector: dimensions / NaN

@@ -121,12 +121,15 @@ class StoreReport(BaseModel):
     ttl_exceeded: int
     over_cap_scopes: int
     rows_in_disabled_scopes: int
+    expired_overdue: int = 0
+    overdue_scope_ids: tuple[str, ...] = ()
 
     @property
     def violations(self) -> dict[str, int]:
         """Invariants that must be zero: expired rows readable, rows from a stale generation,
         expiry beyond the policy, scopes over their cap, rows left in a withdrawn scope,
-        erasures not verified."""
+        erasures not verified, rows expired more than 24 hours ago and still stored (their
+        scopes are named, by random id, in ``overdue_scope_ids``)."""
         checks = {
             "expired_readable": self.expired_readable,
             "stale_generation": self.stale_generation,
@@ -134,5 +137,6 @@ class StoreReport(BaseModel):
             "over_cap_scopes": self.over_cap_scopes,
             "rows_in_disabled_scopes": self.rows_in_disabled_scopes,
             "scopes_failed": self.scopes_failed,
+            "expired_overdue": self.expired_overdue,
         }
         return {k: v for k, v in checks.items() if v}

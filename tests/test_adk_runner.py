@@ -219,30 +219,30 @@ async def test_scope_hourly_budget_exact(store, database):
     now = [datetime(2026, 11, 29, 12, 0, tzinfo=UTC)]
     admission = Admission(store, clock=lambda: now[0])
     key = make_key()
-    await store.grant(key, purpose=PURPOSE)
+    g = (await store.grant(key, purpose=PURPOSE)).generation
     for _ in range(60):
-        await admission.admit(key, units=1)
+        await admission.admit(key, g, units=1)
     from kagent_governed_memory import AdmissionDenied
 
     with pytest.raises(AdmissionDenied) as err:
-        await admission.admit(key, units=1)
+        await admission.admit(key, g, units=1)
     assert err.value.reason is ReasonCode.BUDGET_EXHAUSTED
     now[0] += timedelta(seconds=59)
     with pytest.raises(AdmissionDenied):
-        await admission.admit(key, units=1)
+        await admission.admit(key, g, units=1)
     now[0] += timedelta(seconds=1)  # 60 s: one unit back (60 per hour)
-    await admission.admit(key, units=1)
+    await admission.admit(key, g, units=1)
     with pytest.raises(AdmissionDenied):
-        await admission.admit(key, units=1)
+        await admission.admit(key, g, units=1)
     now[0] += timedelta(hours=5)  # refill caps at capacity
     with pytest.raises(AdmissionDenied):
-        await admission.admit(key, units=61)
-    await admission.admit(key, units=60)
+        await admission.admit(key, g, units=61)
+    await admission.admit(key, g, units=60)
     # a refused admission consumed nothing
     now[0] += timedelta(minutes=1)
     with pytest.raises(AdmissionDenied):
-        await admission.admit(key, units=2)
-    await admission.admit(key, units=1)
+        await admission.admit(key, g, units=2)
+    await admission.admit(key, g, units=1)
 
 
 async def test_budget_exhausted_still_answers_the_chat(store, database):
@@ -250,8 +250,8 @@ async def test_budget_exhausted_still_answers_the_chat(store, database):
     admission = Admission(store, clock=lambda: now[0])
     h = build(store, plan=save_plan, admission=admission)
     key = make_key()
-    await store.grant(key, purpose=PURPOSE)
-    await admission.admit(key, units=59)
+    g = (await store.grant(key, purpose=PURPOSE)).generation
+    await admission.admit(key, g, units=59)
     out = await h.turn("recall: tea", key=key)  # needs 2 units: refused before embedding
     assert tool_result(out) == {"status": "unavailable"}
     assert h.embedder.calls == 0

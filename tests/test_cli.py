@@ -33,6 +33,10 @@ def test_demo_on_embedded_postgres():
 
 
 def test_demo_against_a_given_database(database):
+    unmigrated = run("demo", "--dsn", database.dsn)
+    assert unmigrated.returncode == 3
+    assert "kagent-governed-memory migrate --dsn <owner DSN>" in unmigrated.stderr
+    assert run("migrate", "--dsn", database.owner_dsn).returncode == 0
     done = run("demo", "--dsn", database.dsn)
     assert done.returncode == 0, done.stderr[-2000:]
     assert database.scalar("SELECT count(*) FROM memory_entry") == 0
@@ -41,7 +45,10 @@ def test_demo_against_a_given_database(database):
 
 async def test_operator_commands_are_content_free(database):
     secret = "SENTINEL-" + secrets.token_hex(8)
-    migrate = run("migrate", "--dsn", database.dsn, "--json")
+    as_app = run("migrate", "--dsn", database.dsn, "--json")
+    assert as_app.returncode == 2, as_app.stdout  # the application login may not migrate
+    assert "permission_denied" in as_app.stderr
+    migrate = run("migrate", "--dsn", database.owner_dsn, "--json")
     assert migrate.returncode == 0, migrate.stderr
     assert json.loads(migrate.stdout)["applied"] == [m.version for m in _sql.migrations()]
     store = await open_store(database)

@@ -9,7 +9,7 @@ from datetime import timedelta
 
 import psycopg
 import pytest
-from conftest import make_key, open_store, physical_rows, save, scope_uuid, vec
+from conftest import make_key, migrated, open_store, physical_rows, save, scope_uuid, vec
 
 from kagent_governed_memory import (
     ConsentConflict,
@@ -140,7 +140,7 @@ async def test_c3_fence_is_in_the_database_not_python(store, database):
     key = make_key()
     g = (await store.grant(key, purpose=PURPOSE)).generation
     sid = scope_uuid(database, key)
-    with psycopg.connect(database.dsn, autocommit=True) as conn:
+    with psycopg.connect(database.owner_dsn, autocommit=True) as conn:
         conn.execute("SELECT set_config('kagent.memory_scope', %s, false)", [sid])
         insert = ("INSERT INTO memory_entry (scope_id, content, embedding, generation)"
                   " VALUES (%s, 'raw', %s::vector, %s)")
@@ -151,7 +151,7 @@ async def test_c3_fence_is_in_the_database_not_python(store, database):
             assert err.value.sqlstate == state
         conn.execute(insert, [sid, literal, g])
     await store.withdraw(key)
-    with psycopg.connect(database.dsn, autocommit=True) as conn:
+    with psycopg.connect(database.owner_dsn, autocommit=True) as conn:
         conn.execute("SELECT set_config('kagent.memory_scope', %s, false)", [sid])
         with pytest.raises(psycopg.Error) as err:
             conn.execute(insert, [sid, literal, g + 1])  # the withdrawn scope's new generation
@@ -183,7 +183,7 @@ async def test_c4_withdraw_racing_saves_leaves_zero_rows(database, round_):
     every save either landed before the disable (and was erased) or was refused."""
     writers = await open_store(database, max_size=6, min_size=6)
     eraser = await open_store(database, max_size=2)
-    await eraser.migrate()
+    await migrated(database)
     key = make_key(room=f"!race-{round_}:example.org")
     try:
         g = (await eraser.grant(key, purpose=PURPOSE)).generation
@@ -219,7 +219,7 @@ async def test_b4_cap_holds_under_concurrent_saves(database):
     """Saves racing for the last slots: the count happens under the scope row lock."""
     policy = MemoryPolicy(version="cap-test", entry_cap=20)
     writers = await open_store(database, policy, min_size=8, max_size=8)
-    await writers.migrate()
+    await migrated(database)
     key = make_key()
     try:
         g = (await writers.grant(key, purpose=PURPOSE)).generation
@@ -242,7 +242,7 @@ async def test_b4_cap_holds_under_concurrent_saves(database):
 
 
 async def test_c3_unknown_scope_id_in_raw_insert_is_refused(store, database):
-    with psycopg.connect(database.dsn, autocommit=True) as conn:
+    with psycopg.connect(database.owner_dsn, autocommit=True) as conn:
         sid = str(uuid.uuid4())
         conn.execute("SELECT set_config('kagent.memory_scope', %s, false)", [sid])
         with pytest.raises(psycopg.Error) as err:
@@ -257,7 +257,7 @@ async def test_consent_max_age_is_recorded(database):
     policy = MemoryPolicy(version="short", consent_max_age=timedelta(minutes=5))
     s = await open_store(database, policy)
     try:
-        await s.migrate()
+        await migrated(database)
         r = await s.grant(make_key(), purpose=PURPOSE)
         assert r.expires_at - r.granted_at == timedelta(minutes=5)
     finally:

@@ -8,13 +8,14 @@ import uuid
 
 import psycopg
 import pytest
-from conftest import make_key, open_store, physical_rows, save, scope_uuid, vec
+from conftest import make_key, migrated, open_store, physical_rows, save, scope_uuid, vec
 
 from kagent_governed_memory import (
     ConsentRequired,
     ErasureFailed,
     Principal,
     ReasonCode,
+    ScopeDenied,
 )
 
 PURPOSE = "personal_preferences"
@@ -122,7 +123,7 @@ async def test_c5_connection_killed_mid_withdraw(database):
     """pg_terminate_backend on the withdrawal's connection while its delete waits: the scope
     stays disabled and reported, never re-enabled; a second withdrawal completes it."""
     store = await open_store(database, max_size=2)
-    await store.migrate()
+    await migrated(database)
     key = make_key()
     try:
         g = (await store.grant(key, purpose=PURPOSE)).generation
@@ -173,7 +174,7 @@ async def test_c5_connection_killed_mid_withdraw(database):
 
 async def test_c4_disable_step_is_retried_when_the_connection_dies(database):
     store = await open_store(database, max_size=1, min_size=1)
-    await store.migrate()
+    await migrated(database)
     key = make_key()
     try:
         await store.grant(key, purpose=PURPOSE)
@@ -195,32 +196,45 @@ async def test_l2_offboarding_enumerates_exactly_one_principal(store, database):
         make_key(agent="coder", room="!control-b:example.org"),
         make_key(namespace="team-b", agent="planner"),
     ]
-    others = [make_key("@bob:example.org", agent="planner"),
-              make_key("@alice2:example.org", agent="planner")]
+    others = [make_key("@bob:example.org", agent="planner", room="!bob-room:example.org"),
+              make_key("@alice2:example.org", agent="planner", room="!a2-room:example.org")]
     for i, key in enumerate(alice_keys + others):
         await store.grant(key, purpose=PURPOSE)
         await save(store, key, *(f"fact {j}" for j in range(i + 1)))
     await store.withdraw(alice_keys[2])  # already-disabled scopes are enumerated too
 
     before = database.scalar("SELECT max(id) FROM memory_audit")
+    alice_sids = [scope_uuid(database, k) for k in alice_keys]
     report = await store.offboard(alice)
     assert report.principal_id == alice.opaque_id and report.ok
     assert {s.scope_id for s in report.scopes} == {k.opaque_id for k in alice_keys}
     assert sorted(s.deleted for s in report.scopes) == [0, 1, 2]
     for key in alice_keys:
         st = await store.status(key)
-        assert (st.enabled, st.entry_count, st.failure_reason) == (False, 0, None)
+        assert (st.enabled, st.entry_count or 0, st.failure_reason) == (False, 0, None)
     for i, key in enumerate(others, start=3):
         assert (await store.status(key)).enabled
         assert physical_rows(database, key) == i + 1
-    # every scope was disabled before any was cleared
     with database.admin() as conn:
+        # every scope was disabled before any was cleared, and purged last
         ops = [r[0] for r in conn.execute(
-            "SELECT operation FROM memory_audit WHERE id > %s AND scope_id IN"
-            " (SELECT id FROM memory_scope WHERE principal_mxid = '@alice:example.org')"
-            " ORDER BY id", [before]).fetchall()]
+            "SELECT operation FROM memory_audit WHERE id > %s AND scope_id = ANY(%s::uuid[])"
+            " ORDER BY id", [before, alice_sids]).fetchall()]
+        # no governed row names alice or her rooms any more (ids in clear or as text)
+        for table in ("memory_scope", "memory_entry", "memory_audit", "memory_config",
+                      "memory_principal_block", "memory_admission_bucket"):
+            dump = " ".join(r[0] for r in conn.execute(f"SELECT t::text FROM {table} t"))
+            for needle in ("@alice:example.org", "!control-a:example.org",
+                           "!control-b:example.org"):
+                assert needle not in dump, table
     first_clear = ops.index("clear")
     assert ops[:first_clear].count("offboard_disable") == 3 and "offboard_disable" not in ops[first_clear:]
+    assert ops[-3:] == ["offboard"] * 3  # purged after every clear and verify
+    # a grant racing or following the offboarding is refused until the operator lifts the block
+    with pytest.raises(ScopeDenied) as err:
+        await store.grant(alice_keys[0], purpose=PURPOSE)
+    assert err.value.reason is ReasonCode.PRINCIPAL_OFFBOARDED
+    assert (await store.status(alice_keys[0])).enabled is False
 
 
 async def test_l2_partial_offboarding_failure_is_reported_and_stays_disabled(store, database):
@@ -235,13 +249,17 @@ async def test_l2_partial_offboarding_failure_is_reported_and_stays_disabled(sto
                      " AS $$ BEGIN RETURN NULL; END $$")
         conn.execute(f"CREATE TRIGGER keep_rows BEFORE DELETE ON memory_entry FOR EACH ROW"
                      f" WHEN (OLD.scope_id = '{bad_sid}') EXECUTE FUNCTION keep_rows()")
+    good_sid = scope_uuid(database, good)
     report = await store.offboard(alice)
     outcomes = {s.scope_id: s.outcome for s in report.scopes}
     assert outcomes == {good.opaque_id: "cleared", bad.opaque_id: ReasonCode.VERIFICATION_FAILED}
     assert report.ok is False
     st = await store.status(bad)
     assert st.enabled is False and st.failure_reason is ReasonCode.VERIFICATION_FAILED
-    with pytest.raises(ConsentRequired):
+    # the failed scope is kept (and still names its key) for the next run; the good one is gone
+    assert scope_uuid(database, bad) == bad_sid and scope_uuid(database, good) is None
+    assert good_sid is not None
+    with pytest.raises(ScopeDenied):
         await store.grant(bad, purpose=PURPOSE)
 
 

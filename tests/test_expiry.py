@@ -55,7 +55,7 @@ async def test_b3_database_refuses_changes_to_stored_rows(store, database, colum
     await save(store, key, "likes tea")
     sid = scope_uuid(database, key)
     # as the application role, which owns the table ...
-    with psycopg.connect(database.dsn, autocommit=True) as conn:
+    with psycopg.connect(database.owner_dsn, autocommit=True) as conn:
         conn.execute("SELECT set_config('kagent.memory_scope', %s, false)", [sid])
         with pytest.raises(psycopg.Error) as err:
             conn.execute(f"UPDATE memory_entry SET {column} = {value}")
@@ -70,7 +70,7 @@ async def test_b3_expiry_beyond_policy_refused(store, database):
     key = make_key()
     g = (await store.grant(key, purpose=PURPOSE)).generation
     sid = scope_uuid(database, key)
-    with psycopg.connect(database.dsn, autocommit=True) as conn:
+    with psycopg.connect(database.owner_dsn, autocommit=True) as conn:
         conn.execute("SELECT set_config('kagent.memory_scope', %s, false)", [sid])
         with pytest.raises(psycopg.Error) as err:
             conn.execute(
@@ -99,8 +99,8 @@ async def test_b2_unreadable_at_the_instant_of_expiry(store, database):
         plant(conn, sid, g, "tea a microsecond later", "now() + interval '1 microsecond'")
         plant(conn, sid, g, "tea long gone", "now() - interval '1 day'")
         found = conn.execute(
-            "SELECT content FROM memory_search(%s,%s,%s,%s,%s,%s,%s,%s::vector,%s)",
-            [*_key_args(key), g, _vector_literal("tea"), 50]).fetchall()
+            "SELECT content FROM memory_search(%s,%s,%s,%s,%s,%s,%s,%s,%s::vector,%s)",
+            [*_key_args(key), g, store.policy.version, _vector_literal("tea"), 50]).fetchall()
         inspected = conn.execute(
             "SELECT content FROM memory_inspect(%s,%s,%s,%s,%s,%s,NULL,NULL,50)",
             _key_args(key)).fetchall()
@@ -132,13 +132,13 @@ async def test_b2_expired_rows_invisible_before_sweep_then_swept(store, database
 
 
 async def test_b4_expired_rows_do_not_count_toward_cap(database):
-    from conftest import open_store
+    from conftest import migrated, open_store
 
     from kagent_governed_memory import EntryCapReached, MemoryPolicy
 
     s = await open_store(database, MemoryPolicy(version="cap2", entry_cap=2))
     try:
-        await s.migrate()
+        await migrated(database)
         key = make_key()
         g = (await s.grant(key, purpose=PURPOSE)).generation
         sid = scope_uuid(database, key)

@@ -9,12 +9,13 @@ from importlib import resources
 
 import psycopg
 import pytest
-from conftest import make_key, open_store, save, scope_uuid, vec
+from conftest import LOCAL, make_key, open_store, save, scope_uuid, vec
 
-from kagent_governed_memory import _sql
+from kagent_governed_memory import ReasonCode, StoreUnavailable, _sql, migrate
 
 PURPOSE = "personal_preferences"
-GOVERNED_TABLES = {"memory_scope", "memory_entry", "memory_audit"}
+GOVERNED_TABLES = {"memory_scope", "memory_entry", "memory_audit", "memory_config",
+                   "memory_principal_block", "memory_admission_bucket"}
 
 # The column shape of upstream kagent's `memory` table (vector track 000001-000003), written
 # here from its documented schema so the coexistence test has old rows to protect.
@@ -32,12 +33,16 @@ def _tables(conn: psycopg.Connection) -> set[str]:
 
 
 async def test_migrate_is_idempotent_and_recorded(database):
-    store = await open_store(database)
+    store = await open_store(database)  # the application login
     try:
         assert await store.schema_version() is None
-        first = await store.migrate()
+        with pytest.raises(StoreUnavailable) as err:  # it may not migrate; says what to run
+            await store.migrate()
+        assert err.value.reason is ReasonCode.SCHEMA_OUTDATED
+        first = await migrate(database.owner_dsn, local_server=LOCAL)
         assert first == [m.version for m in _sql.migrations()] and first[0] == 4
-        assert await store.migrate() == []
+        assert await migrate(database.owner_dsn) == []
+        assert await store.migrate() == []  # current: nothing to do, no privilege needed
         assert await store.schema_version() == first[-1]
     finally:
         await store.close()
@@ -48,33 +53,28 @@ async def test_migrate_is_idempotent_and_recorded(database):
 
 
 async def test_concurrent_migrations_apply_once(database):
-    stores = [await open_store(database) for _ in range(4)]
-    try:
-        results = await asyncio.gather(*(s.migrate() for s in stores))
-    finally:
-        for s in stores:
-            await s.close()
+    results = await asyncio.gather(*(migrate(database.owner_dsn) for _ in range(4)))
     applied = [v for r in results for v in r]
     assert sorted(applied) == [m.version for m in _sql.migrations()]
 
 
 async def test_beside_upstream_memory_table_and_reversible(database):
-    with psycopg.connect(database.dsn, autocommit=True) as conn:
+    with psycopg.connect(database.owner_dsn, autocommit=True) as conn:
         conn.execute(UPSTREAM_SHAPED_MEMORY)
         conn.execute(
             "INSERT INTO memory (agent_name, user_id, content, embedding, metadata, created_at,"
             " expires_at) SELECT 'kagent__NS__my_agent', '@alice:example.org', 'old ' || g,"
             " array_fill(0.1, ARRAY[768])::vector, '{}', now(), NULL FROM generate_series(1, 5) g")
+    await migrate(database.owner_dsn, local_server=LOCAL)
     store = await open_store(database)
     try:
-        await store.migrate()
         key = make_key()
         await store.grant(key, purpose=PURPOSE)
         await save(store, key, "governed fact")
     finally:
         await store.close()
 
-    with psycopg.connect(database.dsn, autocommit=True) as conn:
+    with psycopg.connect(database.owner_dsn, autocommit=True) as conn:
         # the old reader's query still works and never sees governed content
         old = conn.execute("SELECT content FROM memory WHERE agent_name = %s AND user_id = %s"
                            " ORDER BY embedding <=> array_fill(0.1, ARRAY[768])::vector LIMIT 10",
@@ -89,11 +89,8 @@ async def test_beside_upstream_memory_table_and_reversible(database):
         assert conn.execute("SELECT count(*) FROM pg_proc WHERE proname LIKE 'memory\\_%'"
                             ).fetchone()[0] == 0
 
-    store = await open_store(database)  # and forward again
-    try:
-        assert await store.migrate() == [m.version for m in _sql.migrations()]
-    finally:
-        await store.close()
+    # and forward again
+    assert await migrate(database.owner_dsn) == [m.version for m in _sql.migrations()]
 
 
 def test_migration_files_follow_upstream_conventions():
@@ -108,8 +105,15 @@ def test_migration_files_follow_upstream_conventions():
         for stmt in re.findall(r"\b(CREATE\s+(?:TABLE|INDEX|EXTENSION)|DROP\s+(?:TABLE|INDEX|"
                                r"FUNCTION|POLICY|TRIGGER|EXTENSION))\b([^;]*)", code, re.IGNORECASE):
             assert re.match(r"\s*IF\s+(NOT\s+)?EXISTS", stmt[1], re.IGNORECASE), (name, stmt[0])
-        assert not re.search(r"\b(public|pg_catalog)\.\w", code), name
-        assert "search_path" not in code.lower(), name
+        assert not re.search(r"\bpublic\.\w", code), name
+        # The only search_path statements: the file's transaction-local set_config (this
+        # schema, pgvector's, pg_temp last) and `SET search_path FROM CURRENT` on functions.
+        paths = re.findall(r"[^\n]*search_path[^\n]*", code, re.IGNORECASE)
+        assert bool(paths) == name.endswith(".up.sql"), name
+        for line in paths:
+            assert (line.strip() == "SELECT pg_catalog.set_config('search_path', "
+                    "pg_catalog.concat_ws(', ',"
+                    or "SET search_path FROM CURRENT" in line), (name, line)
         assert not re.search(r"\bCREATE\s+(FUNCTION|TRIGGER)\b", code, re.IGNORECASE), (
             name, "use CREATE OR REPLACE so re-running is safe")
 
@@ -122,8 +126,8 @@ def test_every_named_query_is_used_by_the_library():
     assert len(names) == len(set(names)) >= 13
     for name in names:
         assert f'"{name}"' in store_src, name
-        assert re.search(r"\$\d", _sql.query(name)) or name in ("SweepExpiredMemory",
-                                                                 "GetMemoryStoreReport")
+        assert re.search(r"\$\d", _sql.query(name)) or name in (
+            "SweepExpiredMemory", "GetMemoryStoreReport", "GetMemorySchemaVersion")
 
 
 async def test_search_plan_is_an_exact_scope_index_scan(store, database):
@@ -146,9 +150,9 @@ async def test_search_plan_is_an_exact_scope_index_scan(store, database):
         conn.execute("SET client_min_messages = log")
         literal = "[" + ",".join(f"{v:.6f}" for v in vec("user 7 fact 3")) + "]"
         rows = conn.execute(
-            "SELECT content FROM memory_search(%s,%s,%s,%s,%s,%s,%s,%s::vector,5)",
+            "SELECT content FROM memory_search(%s,%s,%s,%s,%s,%s,%s,%s,%s::vector,5)",
             [target.principal.mxid, "native_local", target.agent.namespace, target.agent.name,
-             "control_room", target.scope.room_id, g, literal]).fetchall()
+             "control_room", target.scope.room_id, g, store.policy.version, literal]).fetchall()
         indexes = conn.execute("SELECT indexdef FROM pg_indexes WHERE tablename = 'memory_entry'"
                                ).fetchall()
     assert len(rows) == 5 and rows[0][0] == "user 7 fact 3"

@@ -141,7 +141,7 @@ class GovernedMemoryService(BaseMemoryService):
     async def _admit(self, who: Admitted, operation: Operation, *, units: int,
                      explicit: bool = False) -> bool:
         try:
-            await self.admission.admit(who.key, units=units, explicit=explicit)
+            await self.admission.admit(who.key, who.generation, units=units, explicit=explicit)
         except GovernanceError as exc:
             self.metering.count(operation, exc.reason)
             return False

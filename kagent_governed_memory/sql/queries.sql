@@ -2,22 +2,23 @@
 -- so the Go controller patch carries the same text (see patches/).  Each is one round trip and
 -- one transaction; the rules live in the functions of migrations 000004-000005.
 -- Key parameters $1..$6: principal_mxid, principal_origin, agent_namespace, agent_name,
--- scope_kind, room_id.
+-- scope_kind, room_id.  Run as a member of kagent_memory_service (EXECUTE on these functions,
+-- nothing else), except UnblockMemoryPrincipal, which only the owner may run.
 
 -- name: GrantMemoryScope :one
 SELECT scope_id, generation, granted_at, expires_at
 FROM memory_grant($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12);
 
 -- name: GetMemoryGeneration :one
-SELECT memory_generation($1, $2, $3, $4, $5, $6) AS generation;
+SELECT memory_generation($1, $2, $3, $4, $5, $6, $7) AS generation;
 
 -- name: SaveMemoryEntries :many
 SELECT id, created_at, expires_at
-FROM memory_save($1, $2, $3, $4, $5, $6, $7, $8, $9);
+FROM memory_save($1, $2, $3, $4, $5, $6, $7, $8, $9, $10);
 
 -- name: SearchMemoryEntries :many
 SELECT id, content, created_at, expires_at, distance
-FROM memory_search($1, $2, $3, $4, $5, $6, $7, $8, $9);
+FROM memory_search($1, $2, $3, $4, $5, $6, $7, $8, $9, $10);
 
 -- name: InspectMemoryEntries :many
 SELECT id, content, created_at, expires_at
@@ -51,9 +52,22 @@ SELECT memory_record_failure($1, $2, $3, $4, $5, $6, $7);
 SELECT memory_sweep() AS deleted;
 
 -- name: AdmitMemoryWork :one
-SELECT memory_admit($1, $2, $3, $4, $5, $6) AS refused;
+SELECT memory_admit($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) AS refused;
 
 -- name: GetMemoryStoreReport :one
 SELECT scopes, scopes_enabled, scopes_failed, entries_live, entries_expired, expired_readable,
-       stale_generation, ttl_exceeded, over_cap_scopes, rows_in_disabled_scopes
+       stale_generation, ttl_exceeded, over_cap_scopes, rows_in_disabled_scopes, expired_overdue,
+       overdue_scope_ids
 FROM memory_store_report();
+
+-- name: ConfigureMemoryStore :one
+SELECT memory_configure($1) AS local_server;
+
+-- name: GetMemorySchemaVersion :one
+SELECT memory_schema_version() AS version;
+
+-- name: PurgePrincipalMemoryScopes :one
+SELECT purged, kept FROM memory_purge_principal($1, $2);
+
+-- name: UnblockMemoryPrincipal :one
+SELECT memory_unblock_principal($1, $2) AS lifted;

@@ -12,14 +12,53 @@
 --   * Expand, don't break: `memory` is left byte-for-byte alone; its rows keep working for old
 --     code until an operator migrates or drops them (contract step, a later release).
 -- Files follow golang-migrate (`NNNNNN_name.{up,down}.sql`), `IF [NOT] EXISTS` everywhere and no
--- schema-qualified names, so the same files drop into go/core/pkg/migrations/vector/.
+-- schema-qualified names, so the same files drop into go/core/pkg/migrations/vector/ and into
+-- any schema.  PostgreSQL 14 or later (`CREATE OR REPLACE TRIGGER`).
+--
+-- Roles (docs/database-roles.md): the role that runs these files OWNS every object and is the
+-- trust root; no application may connect as it.  Applications connect as a login role that is a
+-- member of the NOLOGIN role `kagent_memory_service`, which holds EXECUTE on the governed entry
+-- points (000005-000007) and no privilege on any table, sequence or internal helper.
 --
 -- SQLSTATE class "KG" is ours: KGC01 consent_required, KGC02 consent_conflict, KGC03
--- erasure_pending, KGS01 stale_generation, KGE01 entry_cap_reached, KGF01 fact_too_large,
--- KGT01 ttl_exceeds_policy, KGI01 immutable_entry, KGD01 scope_denied.
+-- erasure_pending, KGC04 consent_policy_changed, KGS01 stale_generation, KGE01
+-- entry_cap_reached, KGF01 fact_too_large, KGT01 ttl_exceeds_policy, KGI01 immutable_entry,
+-- KGD01 scope_denied, KGD02 remote_server_denied, KGD03 principal_offboarded, KGA01
+-- audit_append_only, KGR01 service role missing (a setup error, raised by this file).
 -- Messages are reason codes only; no statement here formats a value into an error.
 
 CREATE EXTENSION IF NOT EXISTS vector;
+
+-- Every function below runs with this search_path, captured by `SET search_path FROM CURRENT`:
+-- this schema, then pgvector's, with pg_temp LAST (pg_catalog is implicitly first).  So a
+-- temporary table or type cannot shadow a governed one, and functions and operators are never
+-- looked up in pg_temp.  Transaction-local: it ends with this migration.
+SELECT pg_catalog.set_config('search_path', pg_catalog.concat_ws(', ',
+           pg_catalog.quote_ident(pg_catalog.current_schema()),
+           (SELECT pg_catalog.quote_ident(n.nspname)
+              FROM pg_catalog.pg_extension e
+              JOIN pg_catalog.pg_namespace n ON n.oid = e.extnamespace
+             WHERE e.extname = 'vector'),
+           'pg_temp'), true);
+
+-- The service role (cluster-wide, shared by every database that holds this schema).
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = 'kagent_memory_service') THEN
+        IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles
+                        WHERE rolname = current_user AND (rolcreaterole OR rolsuper)) THEN
+            RAISE EXCEPTION 'role kagent_memory_service is missing and the migrating role may not create roles'
+                USING ERRCODE = 'KGR01',
+                      HINT = 'have an administrator run: CREATE ROLE kagent_memory_service NOLOGIN';
+        END IF;
+        BEGIN
+            CREATE ROLE kagent_memory_service NOLOGIN;
+        EXCEPTION WHEN duplicate_object OR unique_violation THEN
+            NULL;  -- created concurrently by another database's migration
+        END;
+    END IF;
+END
+$$;
 
 -- One row per typed scope key (S4): principal (complete MXID + origin), exact agent, scope.
 -- Holds consent, the generation fence and the limits in force.  Never deleted: it is also the
@@ -100,7 +139,8 @@ CREATE INDEX IF NOT EXISTS idx_memory_entry_scope_expires ON memory_entry (scope
 CREATE INDEX IF NOT EXISTS idx_memory_entry_expires ON memory_entry (expires_at);
 
 -- Content-free governance evidence (B1): codes, counts, generations, opaque ids, times.
--- No free-text column exists, so no code path can put content here.
+-- No free-text column exists, so no code path can put content here.  Append-only: no UPDATE,
+-- no TRUNCATE, and DELETE only of rows older than the retention below (memory_sweep).
 CREATE TABLE IF NOT EXISTS memory_audit (
     id          BIGINT      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     at          TIMESTAMPTZ NOT NULL DEFAULT now(),
@@ -114,11 +154,36 @@ CREATE TABLE IF NOT EXISTS memory_audit (
 );
 
 CREATE INDEX IF NOT EXISTS idx_memory_audit_scope ON memory_audit (scope_id, at);
+CREATE INDEX IF NOT EXISTS idx_memory_audit_at ON memory_audit (at);
+
+-- The deployment's settings, one row: the local homeserver (S5, set once by the first store
+-- that opens, or at migration by the operator) and a random salt that makes a blocked
+-- principal's reference opaque (not a dictionary-attackable hash of an MXID).
+CREATE TABLE IF NOT EXISTS memory_config (
+    singleton       BOOLEAN     PRIMARY KEY DEFAULT true,
+    local_server    TEXT,
+    principal_salt  BYTEA       NOT NULL
+        DEFAULT uuid_send(gen_random_uuid()) || uuid_send(gen_random_uuid()),
+    CONSTRAINT memory_config_one_row CHECK (singleton),
+    CONSTRAINT memory_config_server_shape CHECK (
+        local_server IS NULL
+        OR (octet_length(local_server) <= 255 AND local_server ~ '^[A-Za-z0-9.:\[\]-]+$'))
+);
+INSERT INTO memory_config (singleton) VALUES (true) ON CONFLICT DO NOTHING;
+
+-- Principals being or having been offboarded (L2): a grant is refused while a row exists, so a
+-- grant racing the offboarding cannot be missed by it.  Keyed by an opaque salted reference,
+-- never by the MXID.  Lifted only by the operator (memory_unblock_principal, owner only).
+CREATE TABLE IF NOT EXISTS memory_principal_block (
+    principal_ref BYTEA       PRIMARY KEY,
+    blocked_at    TIMESTAMPTZ NOT NULL DEFAULT now(),
+    CONSTRAINT memory_principal_block_ref CHECK (octet_length(principal_ref) = 32)
+);
 
 -- B3: a stored row is immutable, also for the table owner (triggers are not bypassed by
 -- ownership).  Only session_replication_role = replica (superuser) skips this.
 CREATE OR REPLACE FUNCTION memory_entry_refuse_update() RETURNS trigger
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
 BEGIN
     RAISE EXCEPTION 'immutable_entry' USING ERRCODE = 'KGI01';
 END
@@ -128,20 +193,32 @@ CREATE OR REPLACE TRIGGER memory_entry_immutable
     BEFORE UPDATE ON memory_entry
     FOR EACH ROW EXECUTE FUNCTION memory_entry_refuse_update();
 
-CREATE OR REPLACE FUNCTION memory_audit_refuse_update() RETURNS trigger
-LANGUAGE plpgsql AS $$
+-- Audit retention: 400 days (13 months).  Long enough to answer, a year later, "when was my
+-- memory erased, and was it verified?"; bounded, so the evidence is not kept forever.  The rows
+-- are content-free, so keeping them carries no memory.  The same trigger refuses UPDATE and
+-- any DELETE of a younger row, whoever issues it (owner included).
+CREATE OR REPLACE FUNCTION memory_audit_append_only() RETURNS trigger
+LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
 BEGIN
-    RAISE EXCEPTION 'immutable_entry' USING ERRCODE = 'KGI01';
+    IF TG_OP = 'DELETE' AND OLD.at < now() - INTERVAL '400 days' THEN
+        RETURN OLD;
+    END IF;
+    RAISE EXCEPTION 'audit_append_only' USING ERRCODE = 'KGA01';
 END
 $$;
 
+DROP TRIGGER IF EXISTS memory_audit_append_only ON memory_audit;
+DROP FUNCTION IF EXISTS memory_audit_refuse_update();
 CREATE OR REPLACE TRIGGER memory_audit_append_only
-    BEFORE UPDATE ON memory_audit
-    FOR EACH ROW EXECUTE FUNCTION memory_audit_refuse_update();
+    BEFORE UPDATE OR DELETE ON memory_audit
+    FOR EACH ROW EXECUTE FUNCTION memory_audit_append_only();
+CREATE OR REPLACE TRIGGER memory_audit_no_truncate
+    BEFORE TRUNCATE ON memory_audit
+    FOR EACH STATEMENT EXECUTE FUNCTION memory_audit_append_only();
 
 -- C3: the generation only ever increases and a scope's key never changes.
 CREATE OR REPLACE FUNCTION memory_scope_guard() RETURNS trigger
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
 BEGIN
     IF NEW.generation < OLD.generation
        OR NEW.principal_mxid IS DISTINCT FROM OLD.principal_mxid
@@ -164,9 +241,10 @@ CREATE OR REPLACE TRIGGER memory_scope_guard
 -- C2/C3/B3/B4: the fence for every insert, whoever issues it.  The scope row is locked first,
 -- so a withdrawal that committed while we waited is seen, and concurrent inserts into one scope
 -- serialise; the cap is counted after the lock in a fresh statement snapshot (this function is
--- VOLATILE), so two racing saves cannot both take the last slot.
+-- VOLATILE), so two racing saves cannot both take the last slot.  Its fixed search_path means a
+-- temporary table named memory_scope cannot stand in for the real one.
 CREATE OR REPLACE FUNCTION memory_entry_fence() RETURNS trigger
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
 DECLARE
     s    memory_scope%ROWTYPE;
     live BIGINT;
@@ -204,15 +282,58 @@ CREATE OR REPLACE TRIGGER memory_entry_fence
     BEFORE INSERT ON memory_entry
     FOR EACH ROW EXECUTE FUNCTION memory_entry_fence();
 
--- B7: defence in depth.  A connection sees and writes only the entries of the scope named by
--- the transaction-local setting `kagent.memory_scope` (set by the governed functions after
--- they resolve the typed key), so a query with a wrong or missing WHERE returns nothing of
--- another key.  FORCE applies it to the table owner too; superusers and BYPASSRLS roles are
--- exempt, so the service must not run as one.
+-- Privileges: nobody but the owner touches a table.  The service role gets EXECUTE on the
+-- entry points only (000005-000007); PUBLIC gets nothing, trigger functions included.
+REVOKE ALL ON memory_scope, memory_entry, memory_audit, memory_config, memory_principal_block
+    FROM PUBLIC, kagent_memory_service;
+REVOKE ALL ON SEQUENCE memory_audit_id_seq FROM PUBLIC, kagent_memory_service;
+REVOKE ALL ON FUNCTION memory_entry_refuse_update(), memory_audit_append_only(),
+    memory_scope_guard(), memory_entry_fence() FROM PUBLIC;
+
+-- B7: row-level security as defence in depth, FORCEd so it binds the owner too.  Rows are
+-- visible only to the owning role (current_user is the owner only inside the governed
+-- SECURITY DEFINER functions, or for the owner itself, the trust root) -- never to a role that
+-- was granted a table by mistake, whatever it sets.  Entries additionally need the scope bound
+-- for this transaction (`kagent.memory_scope`, set by the functions after they resolve the
+-- typed key), so a query with a wrong or missing WHERE returns nothing of another key.
+-- Superusers and BYPASSRLS roles are exempt: the service must not be one (backups may).
 ALTER TABLE memory_entry ENABLE ROW LEVEL SECURITY;
 ALTER TABLE memory_entry FORCE ROW LEVEL SECURITY;
+ALTER TABLE memory_scope ENABLE ROW LEVEL SECURITY;
+ALTER TABLE memory_scope FORCE ROW LEVEL SECURITY;
+ALTER TABLE memory_audit ENABLE ROW LEVEL SECURITY;
+ALTER TABLE memory_audit FORCE ROW LEVEL SECURITY;
+ALTER TABLE memory_config ENABLE ROW LEVEL SECURITY;
+ALTER TABLE memory_config FORCE ROW LEVEL SECURITY;
+ALTER TABLE memory_principal_block ENABLE ROW LEVEL SECURITY;
+ALTER TABLE memory_principal_block FORCE ROW LEVEL SECURITY;
 
 DROP POLICY IF EXISTS memory_entry_scope_isolation ON memory_entry;
 CREATE POLICY memory_entry_scope_isolation ON memory_entry
-    USING (scope_id = nullif(current_setting('kagent.memory_scope', true), '')::uuid)
-    WITH CHECK (scope_id = nullif(current_setting('kagent.memory_scope', true), '')::uuid);
+    USING ((SELECT c.relowner FROM pg_catalog.pg_class c WHERE c.oid = 'memory_entry'::regclass)
+           = (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = current_user)
+           AND scope_id = nullif(current_setting('kagent.memory_scope', true), '')::uuid)
+    WITH CHECK ((SELECT c.relowner FROM pg_catalog.pg_class c WHERE c.oid = 'memory_entry'::regclass)
+           = (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = current_user)
+           AND scope_id = nullif(current_setting('kagent.memory_scope', true), '')::uuid);
+
+DROP POLICY IF EXISTS memory_scope_owner_only ON memory_scope;
+CREATE POLICY memory_scope_owner_only ON memory_scope
+    USING ((SELECT c.relowner FROM pg_catalog.pg_class c WHERE c.oid = 'memory_scope'::regclass)
+           = (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = current_user));
+
+DROP POLICY IF EXISTS memory_audit_owner_only ON memory_audit;
+CREATE POLICY memory_audit_owner_only ON memory_audit
+    USING ((SELECT c.relowner FROM pg_catalog.pg_class c WHERE c.oid = 'memory_audit'::regclass)
+           = (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = current_user));
+
+DROP POLICY IF EXISTS memory_config_owner_only ON memory_config;
+CREATE POLICY memory_config_owner_only ON memory_config
+    USING ((SELECT c.relowner FROM pg_catalog.pg_class c WHERE c.oid = 'memory_config'::regclass)
+           = (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = current_user));
+
+DROP POLICY IF EXISTS memory_principal_block_owner_only ON memory_principal_block;
+CREATE POLICY memory_principal_block_owner_only ON memory_principal_block
+    USING ((SELECT c.relowner FROM pg_catalog.pg_class c
+             WHERE c.oid = 'memory_principal_block'::regclass)
+           = (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = current_user));

@@ -5,6 +5,19 @@
 --
 -- Clock: every check uses now(), the start of the calling transaction.  Each function is called
 -- as its own single-statement transaction, so that is the start of the operation.
+--
+-- Privileges: the ENTRY POINTS are `SECURITY DEFINER SET search_path FROM CURRENT` and
+-- executable by `kagent_memory_service` only; the internal helpers are executable by nobody but
+-- the owner and run with the entry point's fixed search_path.  The path is this schema, then
+-- pgvector's, then pg_temp (see 000004): nothing a caller creates can shadow what they use.
+
+SELECT pg_catalog.set_config('search_path', pg_catalog.concat_ws(', ',
+           pg_catalog.quote_ident(pg_catalog.current_schema()),
+           (SELECT pg_catalog.quote_ident(n.nspname)
+              FROM pg_catalog.pg_extension e
+              JOIN pg_catalog.pg_namespace n ON n.oid = e.extnamespace
+             WHERE e.extname = 'vector'),
+           'pg_temp'), true);
 
 -- The scope row for a typed key (NULL row when absent).
 CREATE OR REPLACE FUNCTION memory_scope_row(
@@ -46,8 +59,11 @@ LANGUAGE sql VOLATILE AS $$
     SELECT set_config('kagent.memory_scope', coalesce(p_scope::text, ''), true)
 $$;
 
--- Raises unless the scope is enabled, its consent unexpired and p_generation current (C2, C3).
-CREATE OR REPLACE FUNCTION memory_fence_check(s memory_scope, p_generation BIGINT) RETURNS void
+-- Raises unless the scope is enabled, its consent unexpired, p_generation current (C2, C3) and
+-- the consent given under the caller's policy version (a store on policy v2 does not read or
+-- write what was consented under v1: re-consent is the path).
+CREATE OR REPLACE FUNCTION memory_fence_check(
+    s memory_scope, p_generation BIGINT, p_policy_version TEXT) RETURNS void
 LANGUAGE plpgsql STABLE AS $$
 BEGIN
     IF s.id IS NULL THEN
@@ -59,7 +75,19 @@ BEGIN
     IF NOT s.enabled OR s.consent_expires_at IS NULL OR s.consent_expires_at <= now() THEN
         RAISE EXCEPTION 'consent_required' USING ERRCODE = 'KGC01';
     END IF;
+    IF s.policy_version IS DISTINCT FROM p_policy_version THEN
+        RAISE EXCEPTION 'consent_policy_changed' USING ERRCODE = 'KGC04';
+    END IF;
 END
+$$;
+
+-- An opaque reference to a principal: salted, so the block table holds no MXID and no hash a
+-- dictionary of MXIDs could reverse without the salt.
+CREATE OR REPLACE FUNCTION memory_principal_ref(p_mxid TEXT, p_origin TEXT) RETURNS BYTEA
+LANGUAGE sql STABLE AS $$
+    SELECT sha256(c.principal_salt || convert_to(p_origin, 'UTF8') || '\x00'::bytea
+                  || convert_to(p_mxid, 'UTF8'))
+      FROM memory_config c
 $$;
 
 CREATE OR REPLACE FUNCTION memory_audit_write(
@@ -79,16 +107,33 @@ CREATE OR REPLACE FUNCTION memory_grant(
     p_purpose TEXT, p_policy_version TEXT, p_max_ttl INTERVAL, p_entry_cap INTEGER,
     p_fact_max_bytes INTEGER, p_consent_max_age INTERVAL)
 RETURNS TABLE (scope_id UUID, generation BIGINT, granted_at TIMESTAMPTZ, expires_at TIMESTAMPTZ)
-LANGUAGE plpgsql VOLATILE AS $$
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT AS $$
 #variable_conflict use_column
 DECLARE
     s memory_scope%ROWTYPE;
+    server TEXT;
 BEGIN
     IF p_kind IS DISTINCT FROM 'control_room' OR p_origin IS DISTINCT FROM 'native_local' THEN
         RAISE EXCEPTION 'scope_denied' USING ERRCODE = 'KGD01';
     END IF;
     IF p_consent_max_age IS NULL OR p_consent_max_age <= INTERVAL '0' THEN
         RAISE EXCEPTION 'invalid_argument' USING ERRCODE = '22023';
+    END IF;
+    -- S5: only principals (and rooms) of the local homeserver, stored once in memory_config.
+    -- Unconfigured means nobody: fail closed.
+    SELECT c.local_server INTO server FROM memory_config c;
+    IF server IS NULL
+       OR substr(p_mxid, strpos(p_mxid, ':') + 1) IS DISTINCT FROM server
+       OR (strpos(p_room, ':') > 0 AND substr(p_room, strpos(p_room, ':') + 1) IS DISTINCT FROM server)
+    THEN
+        RAISE EXCEPTION 'remote_server_denied' USING ERRCODE = 'KGD02';
+    END IF;
+    -- L2: shared with the offboarding's exclusive lock, so a grant either commits before the
+    -- offboarding looks for scopes, or sees its block and is refused.
+    PERFORM pg_advisory_xact_lock_shared(hashtextextended('kagent.memory_principal:' || p_mxid, 0));
+    IF EXISTS (SELECT FROM memory_principal_block b
+                WHERE b.principal_ref = memory_principal_ref(p_mxid, p_origin)) THEN
+        RAISE EXCEPTION 'principal_offboarded' USING ERRCODE = 'KGD03';
     END IF;
     INSERT INTO memory_scope (principal_mxid, principal_origin, agent_namespace, agent_name,
                               scope_kind, room_id, max_ttl, entry_cap, fact_max_bytes)
@@ -128,23 +173,25 @@ BEGIN
 END
 $$;
 
--- The generation a request captures at admission: NULL unless enabled and unexpired.
+-- The generation a request captures at admission: NULL unless enabled, unexpired and consented
+-- under the caller's policy version.
 CREATE OR REPLACE FUNCTION memory_generation(
-    p_mxid TEXT, p_origin TEXT, p_namespace TEXT, p_agent TEXT, p_kind TEXT, p_room TEXT)
+    p_mxid TEXT, p_origin TEXT, p_namespace TEXT, p_agent TEXT, p_kind TEXT, p_room TEXT,
+    p_policy_version TEXT)
 RETURNS BIGINT
-LANGUAGE sql STABLE AS $$
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path FROM CURRENT AS $$
     SELECT s.generation
       FROM memory_scope_row(p_mxid, p_origin, p_namespace, p_agent, p_kind, p_room) s
-     WHERE s.enabled AND s.consent_expires_at > now()
+     WHERE s.enabled AND s.consent_expires_at > now() AND s.policy_version = p_policy_version
 $$;
 
 -- Fenced save (C3, B3, B4): all facts or none.  The insert trigger re-checks the fence under
 -- the scope row lock, fixes created_at/expires_at and enforces both caps.
 CREATE OR REPLACE FUNCTION memory_save(
     p_mxid TEXT, p_origin TEXT, p_namespace TEXT, p_agent TEXT, p_kind TEXT, p_room TEXT,
-    p_generation BIGINT, p_contents TEXT[], p_embeddings vector[])
+    p_generation BIGINT, p_policy_version TEXT, p_contents TEXT[], p_embeddings vector[])
 RETURNS TABLE (id UUID, created_at TIMESTAMPTZ, expires_at TIMESTAMPTZ)
-LANGUAGE plpgsql VOLATILE AS $$
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT AS $$
 #variable_conflict use_column
 DECLARE
     s memory_scope%ROWTYPE;
@@ -154,7 +201,7 @@ BEGIN
         RAISE EXCEPTION 'invalid_argument' USING ERRCODE = '22023';
     END IF;
     s := memory_scope_row(p_mxid, p_origin, p_namespace, p_agent, p_kind, p_room);
-    PERFORM memory_fence_check(s, p_generation);
+    PERFORM memory_fence_check(s, p_generation, p_policy_version);
     PERFORM memory_bind_scope(s.id);
     RETURN QUERY
     WITH inserted AS (
@@ -173,10 +220,10 @@ $$;
 -- the read yields nothing rather than stale content.
 CREATE OR REPLACE FUNCTION memory_search(
     p_mxid TEXT, p_origin TEXT, p_namespace TEXT, p_agent TEXT, p_kind TEXT, p_room TEXT,
-    p_generation BIGINT, p_embedding vector, p_limit INTEGER)
+    p_generation BIGINT, p_policy_version TEXT, p_embedding vector, p_limit INTEGER)
 RETURNS TABLE (id UUID, content TEXT, created_at TIMESTAMPTZ, expires_at TIMESTAMPTZ,
                distance DOUBLE PRECISION)
-LANGUAGE plpgsql VOLATILE AS $$
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT AS $$
 #variable_conflict use_column
 DECLARE
     s memory_scope%ROWTYPE;
@@ -185,14 +232,14 @@ BEGIN
         RAISE EXCEPTION 'invalid_argument' USING ERRCODE = '22023';
     END IF;
     s := memory_scope_row(p_mxid, p_origin, p_namespace, p_agent, p_kind, p_room);
-    PERFORM memory_fence_check(s, p_generation);
+    PERFORM memory_fence_check(s, p_generation, p_policy_version);
     PERFORM memory_bind_scope(s.id);
     RETURN QUERY
     SELECT r.id, r.content, r.created_at, r.expires_at, r.embedding <=> p_embedding
       FROM memory_readable(s.id) r
      WHERE EXISTS (SELECT 1 FROM memory_scope f
                     WHERE f.id = s.id AND f.enabled AND f.generation = p_generation
-                      AND f.consent_expires_at > now())
+                      AND f.consent_expires_at > now() AND f.policy_version = p_policy_version)
      ORDER BY r.embedding <=> p_embedding, r.id
      LIMIT p_limit;
 END
@@ -204,7 +251,7 @@ CREATE OR REPLACE FUNCTION memory_inspect(
     p_mxid TEXT, p_origin TEXT, p_namespace TEXT, p_agent TEXT, p_kind TEXT, p_room TEXT,
     p_after_created TIMESTAMPTZ, p_after_id UUID, p_limit INTEGER)
 RETURNS TABLE (id UUID, content TEXT, created_at TIMESTAMPTZ, expires_at TIMESTAMPTZ)
-LANGUAGE plpgsql VOLATILE AS $$
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT AS $$
 #variable_conflict use_column
 DECLARE
     s memory_scope%ROWTYPE;
@@ -232,7 +279,7 @@ CREATE OR REPLACE FUNCTION memory_status(
 RETURNS TABLE (enabled BOOLEAN, purpose TEXT, policy_version TEXT, generation BIGINT,
                consent_expires_at TIMESTAMPTZ, max_ttl INTERVAL, entry_cap INTEGER,
                entry_count BIGINT, last_verified_erasure_at TIMESTAMPTZ, failure_reason TEXT)
-LANGUAGE plpgsql VOLATILE AS $$
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT AS $$
 #variable_conflict use_column
 DECLARE
     s memory_scope%ROWTYPE;
@@ -256,7 +303,7 @@ CREATE OR REPLACE FUNCTION memory_forget(
     p_mxid TEXT, p_origin TEXT, p_namespace TEXT, p_agent TEXT, p_kind TEXT, p_room TEXT,
     p_entry_id UUID)
 RETURNS TABLE (generation BIGINT, deleted BIGINT)
-LANGUAGE plpgsql VOLATILE AS $$
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT AS $$
 #variable_conflict use_column
 DECLARE
     s memory_scope%ROWTYPE;
@@ -278,7 +325,7 @@ $$;
 CREATE OR REPLACE FUNCTION memory_disable(
     p_mxid TEXT, p_origin TEXT, p_namespace TEXT, p_agent TEXT, p_kind TEXT, p_room TEXT)
 RETURNS TABLE (scope_id UUID, generation BIGINT)
-LANGUAGE plpgsql VOLATILE AS $$
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT AS $$
 #variable_conflict use_column
 DECLARE
     s memory_scope%ROWTYPE;
@@ -295,13 +342,20 @@ BEGIN
 END
 $$;
 
--- L2 step 1: disable every scope of one principal in one transaction, before any clearing.
+-- L2 step 1: block the principal's grants and disable every scope of the principal in one
+-- transaction, before any clearing.
 CREATE OR REPLACE FUNCTION memory_disable_principal(p_mxid TEXT, p_origin TEXT)
 RETURNS TABLE (scope_id UUID, agent_namespace TEXT, agent_name TEXT, scope_kind TEXT,
                room_id TEXT, generation BIGINT)
-LANGUAGE plpgsql VOLATILE AS $$
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT AS $$
 #variable_conflict use_column
 BEGIN
+    -- Block first, under the lock every grant of this principal shares: grants in flight
+    -- commit before the UPDATE below takes its snapshot, later ones see the block.
+    PERFORM pg_advisory_xact_lock(hashtextextended('kagent.memory_principal:' || p_mxid, 0));
+    INSERT INTO memory_principal_block (principal_ref)
+    VALUES (memory_principal_ref(p_mxid, p_origin))
+    ON CONFLICT (principal_ref) DO NOTHING;
     RETURN QUERY
     WITH disabled AS (
         UPDATE memory_scope
@@ -327,7 +381,7 @@ CREATE OR REPLACE FUNCTION memory_clear(
     p_mxid TEXT, p_origin TEXT, p_namespace TEXT, p_agent TEXT, p_kind TEXT, p_room TEXT,
     p_advance BOOLEAN)
 RETURNS TABLE (generation BIGINT, deleted BIGINT)
-LANGUAGE plpgsql VOLATILE AS $$
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT AS $$
 #variable_conflict use_column
 DECLARE
     s memory_scope%ROWTYPE;
@@ -359,7 +413,7 @@ CREATE OR REPLACE FUNCTION memory_verify_erasure(
     p_mxid TEXT, p_origin TEXT, p_namespace TEXT, p_agent TEXT, p_kind TEXT, p_room TEXT,
     p_generation BIGINT, p_entry_id UUID, p_complete BOOLEAN)
 RETURNS TABLE (generation BIGINT, verified_at TIMESTAMPTZ)
-LANGUAGE plpgsql VOLATILE AS $$
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT AS $$
 #variable_conflict use_column
 DECLARE
     s         memory_scope%ROWTYPE;
@@ -406,7 +460,7 @@ CREATE OR REPLACE FUNCTION memory_record_failure(
     p_mxid TEXT, p_origin TEXT, p_namespace TEXT, p_agent TEXT, p_kind TEXT, p_room TEXT,
     p_reason TEXT)
 RETURNS void
-LANGUAGE plpgsql VOLATILE AS $$
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT AS $$
 DECLARE
     s memory_scope%ROWTYPE;
 BEGIN
@@ -420,26 +474,125 @@ BEGIN
 END
 $$;
 
--- L3: physical deletion of expired rows, scope by scope through the same row-level security
--- binding (no bypass policy exists).  Idempotent; concurrent sweeps skip each other's rows.
-CREATE OR REPLACE FUNCTION memory_sweep() RETURNS BIGINT
-LANGUAGE plpgsql VOLATILE AS $$
+-- S5 configuration: the local homeserver is set once (by the first store that opens, or by the
+-- operator at migration) and returned, so a store configured for another server refuses to start.
+CREATE OR REPLACE FUNCTION memory_configure(p_local_server TEXT) RETURNS TEXT
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT AS $$
 DECLARE
-    sid   UUID;
-    n     BIGINT;
-    total BIGINT := 0;
+    server TEXT;
 BEGIN
-    FOR sid IN SELECT id FROM memory_scope ORDER BY id LOOP
-        PERFORM memory_bind_scope(sid);
-        DELETE FROM memory_entry
-         WHERE id IN (SELECT e.id FROM memory_entry e
-                       WHERE e.scope_id = sid AND e.expires_at <= now()
-                         FOR UPDATE SKIP LOCKED);
-        GET DIAGNOSTICS n = ROW_COUNT;
-        total := total + n;
-    END LOOP;
-    PERFORM memory_bind_scope(NULL);
-    PERFORM memory_audit_write(NULL, 'sweep', 'deleted', NULL, total);
-    RETURN total;
+    UPDATE memory_config SET local_server = p_local_server
+     WHERE local_server IS NULL AND p_local_server IS NOT NULL
+    RETURNING local_server INTO server;
+    IF FOUND THEN
+        PERFORM memory_audit_write(NULL, 'configure', 'local_server_set', NULL, NULL);
+        RETURN server;
+    END IF;
+    SELECT c.local_server INTO server FROM memory_config c;
+    RETURN server;
 END
 $$;
+
+-- L2 last step: once every scope of an offboarded principal is cleared and verified, its scope
+-- rows (the only rows that name the principal and its rooms) are deleted.  Scopes with an
+-- unverified erasure or rows left are kept, and counted, for the next offboarding run.  Content-
+-- free evidence stays in memory_audit, keyed by the scopes' random ids.
+CREATE OR REPLACE FUNCTION memory_purge_principal(p_mxid TEXT, p_origin TEXT)
+RETURNS TABLE (purged BIGINT, kept BIGINT)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT AS $$
+DECLARE
+    s    memory_scope%ROWTYPE;
+    done BIGINT := 0;
+    kept_n BIGINT := 0;
+BEGIN
+    IF NOT EXISTS (SELECT FROM memory_principal_block b
+                    WHERE b.principal_ref = memory_principal_ref(p_mxid, p_origin)) THEN
+        RAISE EXCEPTION 'consent_required' USING ERRCODE = 'KGC01';  -- not being offboarded
+    END IF;
+    FOR s IN SELECT * FROM memory_scope
+              WHERE principal_mxid = p_mxid AND principal_origin = p_origin
+              ORDER BY id FOR UPDATE LOOP
+        PERFORM memory_bind_scope(s.id);
+        IF s.enabled OR s.failure_reason IS NOT NULL
+           OR EXISTS (SELECT FROM memory_entry e WHERE e.scope_id = s.id) THEN
+            kept_n := kept_n + 1;
+            CONTINUE;
+        END IF;
+        DELETE FROM memory_scope WHERE id = s.id;
+        PERFORM memory_audit_write(s.id, 'offboard', 'purged', s.generation, NULL);
+        done := done + 1;
+    END LOOP;
+    PERFORM memory_bind_scope(NULL);
+    RETURN QUERY SELECT done, kept_n;
+END
+$$;
+
+-- The operator lifts an offboarding block (owner only: not granted to the service role).
+CREATE OR REPLACE FUNCTION memory_unblock_principal(p_mxid TEXT, p_origin TEXT) RETURNS BIGINT
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT AS $$
+DECLARE
+    n BIGINT;
+BEGIN
+    PERFORM pg_advisory_xact_lock(hashtextextended('kagent.memory_principal:' || p_mxid, 0));
+    DELETE FROM memory_principal_block
+     WHERE principal_ref = memory_principal_ref(p_mxid, p_origin);
+    GET DIAGNOSTICS n = ROW_COUNT;
+    PERFORM memory_audit_write(NULL, 'unblock', CASE WHEN n > 0 THEN 'lifted' ELSE 'none' END,
+                               NULL, n);
+    RETURN n;
+END
+$$;
+
+-- Privileges.  PUBLIC loses the default EXECUTE on every function here; the service role may
+-- call the entry points and nothing else.
+REVOKE ALL ON FUNCTION
+    memory_scope_row(TEXT, TEXT, TEXT, TEXT, TEXT, TEXT),
+    memory_scope_lock(TEXT, TEXT, TEXT, TEXT, TEXT, TEXT),
+    memory_readable(UUID),
+    memory_bind_scope(UUID),
+    memory_fence_check(memory_scope, BIGINT, TEXT),
+    memory_principal_ref(TEXT, TEXT),
+    memory_audit_write(UUID, TEXT, TEXT, BIGINT, BIGINT),
+    memory_grant(TEXT, TEXT, TEXT, TEXT, TEXT, TEXT, TEXT, TEXT, INTERVAL, INTEGER, INTEGER, INTERVAL),
+    memory_generation(TEXT, TEXT, TEXT, TEXT, TEXT, TEXT, TEXT),
+    memory_save(TEXT, TEXT, TEXT, TEXT, TEXT, TEXT, BIGINT, TEXT, TEXT[], vector[]),
+    memory_search(TEXT, TEXT, TEXT, TEXT, TEXT, TEXT, BIGINT, TEXT, vector, INTEGER),
+    memory_inspect(TEXT, TEXT, TEXT, TEXT, TEXT, TEXT, TIMESTAMPTZ, UUID, INTEGER),
+    memory_status(TEXT, TEXT, TEXT, TEXT, TEXT, TEXT),
+    memory_forget(TEXT, TEXT, TEXT, TEXT, TEXT, TEXT, UUID),
+    memory_disable(TEXT, TEXT, TEXT, TEXT, TEXT, TEXT),
+    memory_disable_principal(TEXT, TEXT),
+    memory_clear(TEXT, TEXT, TEXT, TEXT, TEXT, TEXT, BOOLEAN),
+    memory_verify_erasure(TEXT, TEXT, TEXT, TEXT, TEXT, TEXT, BIGINT, UUID, BOOLEAN),
+    memory_record_failure(TEXT, TEXT, TEXT, TEXT, TEXT, TEXT, TEXT),
+    memory_configure(TEXT),
+    memory_purge_principal(TEXT, TEXT),
+    memory_unblock_principal(TEXT, TEXT)
+FROM PUBLIC;
+
+-- The service role needs USAGE on this schema to reach the functions (PUBLIC has it on
+-- `public` by default; a dedicated schema must grant it).
+DO $$
+BEGIN
+    IF NOT has_schema_privilege('kagent_memory_service', current_schema(), 'USAGE') THEN
+        EXECUTE format('GRANT USAGE ON SCHEMA %I TO kagent_memory_service', current_schema());
+    END IF;
+END
+$$;
+
+GRANT EXECUTE ON FUNCTION
+    memory_grant(TEXT, TEXT, TEXT, TEXT, TEXT, TEXT, TEXT, TEXT, INTERVAL, INTEGER, INTEGER, INTERVAL),
+    memory_generation(TEXT, TEXT, TEXT, TEXT, TEXT, TEXT, TEXT),
+    memory_save(TEXT, TEXT, TEXT, TEXT, TEXT, TEXT, BIGINT, TEXT, TEXT[], vector[]),
+    memory_search(TEXT, TEXT, TEXT, TEXT, TEXT, TEXT, BIGINT, TEXT, vector, INTEGER),
+    memory_inspect(TEXT, TEXT, TEXT, TEXT, TEXT, TEXT, TIMESTAMPTZ, UUID, INTEGER),
+    memory_status(TEXT, TEXT, TEXT, TEXT, TEXT, TEXT),
+    memory_forget(TEXT, TEXT, TEXT, TEXT, TEXT, TEXT, UUID),
+    memory_disable(TEXT, TEXT, TEXT, TEXT, TEXT, TEXT),
+    memory_disable_principal(TEXT, TEXT),
+    memory_clear(TEXT, TEXT, TEXT, TEXT, TEXT, TEXT, BOOLEAN),
+    memory_verify_erasure(TEXT, TEXT, TEXT, TEXT, TEXT, TEXT, BIGINT, UUID, BOOLEAN),
+    memory_record_failure(TEXT, TEXT, TEXT, TEXT, TEXT, TEXT, TEXT),
+    memory_configure(TEXT),
+    memory_purge_principal(TEXT, TEXT)
+TO kagent_memory_service;

@@ -1,6 +1,16 @@
 -- Cost admission (ADR 0023 §42, SPEC A1-A3): token buckets in the database, so every replica
 -- and every restart shares them.  A bucket name is an opaque key ("scope:<id>", "sender:<id>"),
--- never an identity or content.  Admission is consulted before any model or embedding work.
+-- never an identity or content.  Admission is consulted before any model or embedding work and
+-- checks the consent fence in the same transaction, so no work is admitted for a withdrawn,
+-- stale, expired or re-versioned scope.  Idle buckets are swept (memory_sweep, 000007).
+
+SELECT pg_catalog.set_config('search_path', pg_catalog.concat_ws(', ',
+           pg_catalog.quote_ident(pg_catalog.current_schema()),
+           (SELECT pg_catalog.quote_ident(n.nspname)
+              FROM pg_catalog.pg_extension e
+              JOIN pg_catalog.pg_namespace n ON n.oid = e.extnamespace
+             WHERE e.extname = 'vector'),
+           'pg_temp'), true);
 
 CREATE TABLE IF NOT EXISTS memory_admission_bucket (
     bucket      TEXT             PRIMARY KEY,
@@ -9,16 +19,32 @@ CREATE TABLE IF NOT EXISTS memory_admission_bucket (
     CONSTRAINT memory_admission_bucket_name CHECK (bucket ~ '^[a-z]+:[A-Za-z0-9_.-]{1,128}$')
 );
 
--- Consume p_costs[i] from every bucket p_buckets[i] (capacity p_capacities[i], refilled by
--- p_refill[i] tokens every p_period_seconds[i]) all-or-nothing.  Returns 0 when admitted,
+CREATE INDEX IF NOT EXISTS idx_memory_admission_bucket_updated
+    ON memory_admission_bucket (updated_at);
+
+REVOKE ALL ON memory_admission_bucket FROM PUBLIC, kagent_memory_service;
+ALTER TABLE memory_admission_bucket ENABLE ROW LEVEL SECURITY;
+ALTER TABLE memory_admission_bucket FORCE ROW LEVEL SECURITY;
+DROP POLICY IF EXISTS memory_admission_bucket_owner_only ON memory_admission_bucket;
+CREATE POLICY memory_admission_bucket_owner_only ON memory_admission_bucket
+    USING ((SELECT c.relowner FROM pg_catalog.pg_class c
+             WHERE c.oid = 'memory_admission_bucket'::regclass)
+           = (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = current_user));
+
+-- After the fence for the typed key (p_generation under p_policy_version, as in memory_save),
+-- consume p_costs[i] from every bucket p_buckets[i] (capacity p_capacities[i], refilled by
+-- p_refill[i] tokens every p_period_seconds[i], at most a day: the sweep drops buckets idle for
+-- a day, which are full again by then) all-or-nothing.  Returns 0 when admitted,
 -- else the 1-based index of the first bucket that refused (nothing is consumed then).
 -- Buckets are locked in name order, so concurrent admissions cannot deadlock.  p_now NULL
 -- means the database clock (shared by all replicas); tests pass an explicit instant.
 CREATE OR REPLACE FUNCTION memory_admit(
+    p_mxid TEXT, p_origin TEXT, p_namespace TEXT, p_agent TEXT, p_kind TEXT, p_room TEXT,
+    p_generation BIGINT, p_policy_version TEXT,
     p_buckets TEXT[], p_costs DOUBLE PRECISION[], p_capacities DOUBLE PRECISION[],
     p_refill DOUBLE PRECISION[], p_period_seconds DOUBLE PRECISION[], p_now TIMESTAMPTZ)
 RETURNS INTEGER
-LANGUAGE plpgsql VOLATILE AS $$
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT AS $$
 DECLARE
     t       TIMESTAMPTZ := coalesce(p_now, now());
     n       INTEGER := coalesce(cardinality(p_buckets), 0);
@@ -35,10 +61,13 @@ BEGIN
     END IF;
     FOR i IN 1..n LOOP
         IF p_costs[i] < 0 OR p_capacities[i] <= 0 OR p_refill[i] < 0
-           OR p_period_seconds[i] <= 0 THEN
+           OR p_period_seconds[i] <= 0 OR p_period_seconds[i] > 86400 THEN
             RAISE EXCEPTION 'invalid_argument' USING ERRCODE = '22023';
         END IF;
     END LOOP;
+    PERFORM memory_fence_check(
+        memory_scope_row(p_mxid, p_origin, p_namespace, p_agent, p_kind, p_room),
+        p_generation, p_policy_version);
     INSERT INTO memory_admission_bucket (bucket, tokens, updated_at)
     SELECT u.bucket, u.capacity, t FROM unnest(p_buckets, p_capacities) AS u(bucket, capacity)
     ON CONFLICT (bucket) DO NOTHING;
@@ -65,3 +94,11 @@ BEGIN
     RETURN refused;
 END
 $$;
+
+REVOKE ALL ON FUNCTION memory_admit(
+    TEXT, TEXT, TEXT, TEXT, TEXT, TEXT, BIGINT, TEXT, TEXT[], DOUBLE PRECISION[],
+    DOUBLE PRECISION[], DOUBLE PRECISION[], DOUBLE PRECISION[], TIMESTAMPTZ) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION memory_admit(
+    TEXT, TEXT, TEXT, TEXT, TEXT, TEXT, BIGINT, TEXT, TEXT[], DOUBLE PRECISION[],
+    DOUBLE PRECISION[], DOUBLE PRECISION[], DOUBLE PRECISION[], TIMESTAMPTZ)
+    TO kagent_memory_service;
