@@ -1,10 +1,14 @@
 #!/usr/bin/env python
 """Governed memory vs upstream kagent v0.9.11's memory SQL: same PostgreSQL, same data, one run.
 
-    python benchmarks/run.py [--dsn DSN] [--quick | --large] [--kagent-src PATH] [--json]
-                             [--explain] [--admin-dsn DSN] [--keep]
+    python benchmarks/run.py [--dsn OWNER_DSN [--app-dsn APP_DSN]] [--quick | --large]
+                             [--kagent-src PATH] [--json] [--explain] [--admin-dsn DSN] [--keep]
 
-Without ``--dsn`` a throwaway PostgreSQL 18 + pgvector is started (``EmbeddedPostgres``).
+Without ``--dsn`` a throwaway PostgreSQL 18 + pgvector is started (``EmbeddedPostgres``).  Roles
+as in production: ``--dsn`` is the owner (it migrates both schemas and runs upstream's
+statements, as kagent's controller does with its own tables); the governed side runs as
+``--app-dsn``, a member of ``kagent_memory_service`` (without it, as the owner, and the
+caption says so).
 Everything is created in a schema of its own (``kgm_bench``), reached through the connections'
 ``search_path``; with ``--dsn`` that schema is dropped at the end (``--keep`` keeps it).
 
@@ -18,7 +22,7 @@ Data: ``scopes × facts`` unit vectors of 768 dimensions generated server-side
 them with one ``INSERT … SELECT`` after its migration 000001 and before 000002/000003 (the HNSW
 index is built over the loaded rows, as when 000002 ran on a GORM-era database).  Governed rows
 go through the fenced path — ``memory_grant`` and ``memory_save`` called server-side by the
-non-superuser role, so every fence trigger, cap count and row-level security check runs.
+owner, so every fence trigger, cap count and row-level security check runs.
 """
 
 from __future__ import annotations
@@ -73,6 +77,7 @@ from kagent_governed_memory import (
 )
 from kagent_governed_memory import _sql as governed_sql
 from kagent_governed_memory.admission import Admission
+from kagent_governed_memory.migrations import migrate
 from kagent_governed_memory.policy import PROTOTYPE_POLICY
 
 LOCAL = "example.org"
@@ -343,7 +348,7 @@ _SAVE_ROUND = (
     " LATERAL memory_save(format('@bench%%s:%%s', s, %s::text), 'native_local', %s, %s,"
     "  'control_room', format('!bench%%s:%%s', s, %s::text),"
     "  memory_generation(format('@bench%%s:%%s', s, %s::text), 'native_local', %s, %s,"
-    "   'control_room', format('!bench%%s:%%s', s, %s::text)),"
+    "   'control_room', format('!bench%%s:%%s', s, %s::text), %s), %s,"
     "  ARRAY[b.content], ARRAY[b.embedding]) r")
 
 
@@ -363,7 +368,8 @@ async def load_governed(conn: psycopg.AsyncConnection, lo: int, hi: int, size: S
         for a in range(lo, hi, step):
             b = min(hi, a + step)
             await conn.execute(_SAVE_ROUND, [a, b, size.scopes, n, LOCAL, NAMESPACE, AGENT, LOCAL,
-                                             LOCAL, NAMESPACE, AGENT, LOCAL])
+                                             LOCAL, NAMESPACE, AGENT, LOCAL, p.version,
+                                             p.version])
         if (n + 1) % 20 == 0:
             progress(f"governed load: fact {n + 1}/{size.facts} of scopes {lo:,}-{hi - 1:,}")
 
@@ -407,7 +413,7 @@ async def governed_sql_search(conn: psycopg.AsyncConnection, vec: Vector, scope:
     cur = psycopg.AsyncRawCursor(conn)
     await cur.execute(governed_sql.query("SearchMemoryEntries"),
                       [mxid(scope), "native_local", NAMESPACE, AGENT, "control_room", room(scope),
-                       generation, vec, LIMIT])
+                       generation, PROTOTYPE_POLICY.version, vec, LIMIT])
     return len(await cur.fetchall())
 
 
@@ -729,11 +735,12 @@ def _round_trips_in(trace_path: str) -> int:
         return sum(1 for p in fields if len(p) > 2 and p[0] == "F" and p[2] in ("Sync", "Query"))
 
 
-async def count_round_trips(dsn: str, upstream: UpstreamSQL, vectors: Sequence[Vector],
-                            scope: int, generation: int) -> dict[str, dict[str, int]]:
+async def count_round_trips(dsn: str, app_dsn: str, upstream: UpstreamSQL,
+                            vectors: Sequence[Vector], scope: int,
+                            generation: int) -> dict[str, dict[str, int]]:
     """Statements sent per operation, counted on the wire, for both sides."""
     counter = WireCounter()
-    store = await GovernedMemoryStore.open(dsn, local_server=LOCAL, min_size=1, max_size=1)
+    store = await open_store(app_dsn, dsn, max_size=1)
     up = await connect(dsn, raw_vectors=True)
     try:
         async with store._pool.connection() as conn:
@@ -761,7 +768,7 @@ async def count_round_trips(dsn: str, upstream: UpstreamSQL, vectors: Sequence[V
         gov["generation"] = await counter.count(pooled, lambda: store.generation(k1))
         g1 = await store.generation(k1)
         gov["admit"] = await counter.count(
-            pooled, lambda: Admission(store).admit(k1, units=2, explicit=True))
+            pooled, lambda: Admission(store).admit(k1, g1, units=2, explicit=True))
         gov["save"] = await counter.count(
             pooled, lambda: store.save(k1, g1, facts=["rt one"], embeddings=[floats]))
         gov["save_10"] = await counter.count(
@@ -870,7 +877,7 @@ async def collect_plans(up: psycopg.AsyncConnection, upstream: UpstreamSQL, admi
     except psycopg.Error as exc:
         plans["upstream_search_generic"] = f"(not available: {type(exc).__name__})"
     args = [mxid(scope), "native_local", NAMESPACE, AGENT, "control_room", room(scope),
-            generation, vec, LIMIT]
+            generation, PROTOTYPE_POLICY.version, vec, LIMIT]
     await cur.execute("EXPLAIN (ANALYZE, BUFFERS) " + governed_sql.query("SearchMemoryEntries"),
                       args)
     plans["governed_search_outer"] = "\n".join(r[0] for r in await cur.fetchall())
@@ -1000,7 +1007,15 @@ def machine_facts() -> dict[str, Any]:
             "psycopg": psycopg.__version__, "platform": platform.platform()}
 
 
+async def open_store(app_dsn: str, owner_dsn: str, *, max_size: int) -> GovernedMemoryStore:
+    """The governed side: the application login, or the owner (``privileged``) without one."""
+    return await GovernedMemoryStore.open(app_dsn, local_server=LOCAL, min_size=1,
+                                          max_size=max_size, sweep_every=None,
+                                          privileged=app_dsn == owner_dsn)
+
+
 async def run_benchmark(dsn: str, upstream: UpstreamSQL, size: Size, *,
+                        app_dsn: str | None = None,
                         admin_dsn: str | None = None, schema: str = SCHEMA, keep: bool = True,
                         explain: bool = False, log_benchmark: bool = True,
                         buffer_stats: bool = True,
@@ -1013,10 +1028,13 @@ async def run_benchmark(dsn: str, upstream: UpstreamSQL, size: Size, *,
     phases: dict[str, float] = {}
     bench_dsn = await prepare_schema(dsn, schema)
     bench_path = conninfo_to_dict(bench_dsn)["options"].split("search_path=", 1)[1]
+    app_bench_dsn = bench_dsn if app_dsn is None else make_conninfo(
+        app_dsn, options=conninfo_to_dict(bench_dsn)["options"])
     setup = await connect(bench_dsn)
-    store = await GovernedMemoryStore.open(bench_dsn, local_server=LOCAL, min_size=1, max_size=2)
+    await migrate(bench_dsn, local_server=LOCAL)  # as the owner
+    store = await open_store(app_bench_dsn, bench_dsn, max_size=2)
     up = await connect(bench_dsn, raw_vectors=True)
-    raw = await connect(bench_dsn)
+    raw = await connect(app_bench_dsn)
     try:
         meta: dict[str, Any] = {"size": asdict(size), "upstream_source": upstream.source,
                                 "machine": machine_facts()}
@@ -1026,14 +1044,15 @@ async def run_benchmark(dsn: str, upstream: UpstreamSQL, size: Size, *,
         for name in ("shared_buffers", "work_mem", "max_parallel_workers_per_gather",
                      "jit", "fsync"):
             meta.setdefault("settings", {})[name] = await _one(setup, f"SHOW {name}")
-        app_role = await _one(setup, "SELECT current_user")
+        app_role = await _one(raw, "SELECT current_user")
+        meta["governed_role"] = ("application login (kagent_memory_service member)"
+                                 if app_dsn is not None else "owner (no --app-dsn given)")
         stats = setup if buffer_stats else None
 
         t = time.perf_counter()
         await generate_source(setup, size, say)
         phases["generate"] = time.perf_counter() - t
         await create_upstream_table(setup, upstream)
-        await store.migrate()
 
         # governed, in the scaling steps: time search at each size as it is reached
         t = time.perf_counter()
@@ -1078,7 +1097,8 @@ async def run_benchmark(dsn: str, upstream: UpstreamSQL, size: Size, *,
         vectors = [q[1] for q in queries]
         saves = await measure_saves(up, store, upstream, vectors, size, max(5, size.warmup // 10))
         say("saves timed")
-        trips = await count_round_trips(bench_dsn, upstream, vectors, queries[0][0], 1)
+        trips = await count_round_trips(bench_dsn, app_bench_dsn, upstream, vectors,
+                                        queries[0][0], 1)
         say("round trips counted")
         erasure = await measure_erasure(up, store, upstream, size)
         say("erasure timed")
@@ -1281,6 +1301,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         description="Governed memory vs upstream kagent v0.9.11 memory SQL on one PostgreSQL.")
     parser.add_argument("--dsn", help="PostgreSQL to use (default: a throwaway embedded one); "
                                       "runs in its own schema, dropped at the end")
+    parser.add_argument("--app-dsn", help="with --dsn: the application login (a member of "
+                                          "kagent_memory_service) the governed side runs as")
     parser.add_argument("--admin-dsn", help="superuser DSN for --explain's inner plan "
                                             "(embedded: automatic)")
     sizes = parser.add_mutually_exclusive_group()
@@ -1302,7 +1324,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     say = _progress(time.perf_counter())
     say(f"upstream SQL from {upstream.source}; size {size.name}")
     if args.dsn:
-        report = asyncio.run(run_benchmark(args.dsn, upstream, size, admin_dsn=args.admin_dsn,
+        report = asyncio.run(run_benchmark(args.dsn, upstream, size, app_dsn=args.app_dsn,
+                                           admin_dsn=args.admin_dsn,
                                            schema=f"{SCHEMA}_{os.getpid()}", keep=args.keep,
                                            explain=args.explain, progress=say))
     else:
@@ -1310,11 +1333,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         with EmbeddedPostgres() as pg:
             say("embedded PostgreSQL started")
-            report = asyncio.run(run_benchmark(pg.dsn, upstream, size, admin_dsn=pg.admin_dsn,
+            report = asyncio.run(run_benchmark(pg.owner_dsn, upstream, size, app_dsn=pg.dsn,
+                                               admin_dsn=pg.admin_dsn,
                                                explain=args.explain, progress=say))
     given = list(argv if argv is not None else sys.argv[1:])
-    shown = ["<dsn>" if i and given[i - 1] in ("--dsn", "--admin-dsn") else
-             a.split("=", 1)[0] + "=<dsn>" if a.startswith(("--dsn=", "--admin-dsn=")) else a
+    secret = ("--dsn", "--admin-dsn", "--app-dsn")
+    shown = ["<dsn>" if i and given[i - 1] in secret else
+             a.split("=", 1)[0] + "=<dsn>" if a.startswith(tuple(f"{o}=" for o in secret)) else a
              for i, a in enumerate(given)]  # a DSN may carry a password
     report.meta["command"] = "python " + " ".join(
         shlex.quote(a) for a in ["benchmarks/run.py", *shown])

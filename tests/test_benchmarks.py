@@ -61,7 +61,8 @@ ROWS = {"search", "search_sql", "search_path", "recall_default", "short_default"
 
 
 async def test_every_row_measured_at_a_tiny_size(database):
-    report = await bench.run_benchmark(database.dsn, SHAPED, TINY, admin_dsn=database.admin_dsn,
+    report = await bench.run_benchmark(database.owner_dsn, SHAPED, TINY, app_dsn=database.dsn,
+                                       admin_dsn=database.admin_dsn,
                                        explain=True, buffer_stats=False)
     assert {r.key for r in report.rows} == ROWS
     # governed search is exact within the scope, whatever the other side does
@@ -89,7 +90,7 @@ async def test_every_row_measured_at_a_tiny_size(database):
             "withdraw_steps", "profile_log_sanitizer"} <= set(report.plans)
     assert "memory_entry" in report.plans["governed_search_inner"]  # the function's inner plan
 
-    async with await bench.connect(database.dsn) as conn:  # the hit-rate reading, on its own
+    async with await bench.connect(database.owner_dsn) as conn:  # the hit-rate reading alone
         await conn.execute("CREATE TABLE hits (n int)")
         await conn.execute("INSERT INTO hits SELECT generate_series(1, 100)")
         before = await bench.block_counts(conn, "hits")

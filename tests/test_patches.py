@@ -263,7 +263,8 @@ def test_legacy_memory_sql_patch_removes_popularity_and_adds_expiry():
 KEY = ["@alice:example.org", "native_local", "kagent", "my-agent", "control_room",
        "!control:example.org"]
 AGENT, USER = "kagent__NS__my_agent", "@alice:example.org"
-GOVERNED_TABLES = {"memory_scope", "memory_entry", "memory_audit", "memory_admission_bucket"}
+GOVERNED_TABLES = {"memory_scope", "memory_entry", "memory_audit", "memory_admission_bucket",
+                   "memory_config", "memory_principal_block"}
 
 
 def _vec(value: float) -> Vector:
@@ -322,7 +323,7 @@ def test_go_migrations_upgrade_and_roll_back_beside_upstream_memory(database):
     governed = named_queries(
         sps.parse_patch(go_patch(3)).section(sps.QUERIES_PATH).new_file_text())
 
-    with psycopg.connect(database.dsn, autocommit=True) as conn:  # non-superuser: RLS applies
+    with psycopg.connect(database.owner_dsn, autocommit=True) as conn:  # the owner: RLS applies
         _upstream_vector_track(conn)
         old_rows = _snapshot(conn)
 
@@ -339,19 +340,26 @@ def test_go_migrations_upgrade_and_roll_back_beside_upstream_memory(database):
             conn.execute(migrations[version]["up"])
 
         # The governed functions, through the patch's own named statements.
-        assert _run(conn, governed["GetMemoryGeneration"], KEY) == [(None,)]
+        assert _run(conn, governed["GetMemoryGeneration"], [*KEY, PROTOTYPE_POLICY.version]
+                    ) == [(None,)]
+        # S5: the controller records its local homeserver once (at start-up) before any grant.
+        assert _run(conn, governed["ConfigureMemoryStore"], ["example.org"]) == [("example.org",)]
         (scope_id, generation, _, _), = _run(conn, governed["GrantMemoryScope"], [
             *KEY, "personal_preferences", PROTOTYPE_POLICY.version, PROTOTYPE_POLICY.max_ttl,
             PROTOTYPE_POLICY.entry_cap, PROTOTYPE_POLICY.fact_max_bytes,
             PROTOTYPE_POLICY.consent_max_age])
         ids = [r[0] for r in _run(conn, governed["SaveMemoryEntries"],
-                                  [*KEY, generation, ["prefers dark mode"], [_vec(0.5)]])]
-        hits = _run(conn, governed["SearchMemoryEntries"], [*KEY, generation, _vec(0.5), 5])
+                                  [*KEY, generation, PROTOTYPE_POLICY.version,
+                                   ["prefers dark mode"], [_vec(0.5)]])]
+        hits = _run(conn, governed["SearchMemoryEntries"],
+                    [*KEY, generation, PROTOTYPE_POLICY.version, _vec(0.5), 5])
         assert [h[1] for h in hits] == ["prefers dark mode"]
         with pytest.raises(psycopg.Error) as stale:
-            _run(conn, governed["SearchMemoryEntries"], [*KEY, generation + 1, _vec(0.5), 5])
+            _run(conn, governed["SearchMemoryEntries"],
+                 [*KEY, generation + 1, PROTOTYPE_POLICY.version, _vec(0.5), 5])
         assert stale.value.sqlstate == "KGS01"
         assert _run(conn, governed["AdmitMemoryWork"], [
+            *KEY, generation, PROTOTYPE_POLICY.version,
             ["scope:" + "0" * 32], [1.0], [60.0], [60.0], [3600.0], None]) == [(0,)]
         assert _run(conn, governed["ForgetMemoryEntry"], [*KEY, ids[0]]) == [(generation, 1)]
         assert _run(conn, governed["VerifyMemoryErasure"],

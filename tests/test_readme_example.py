@@ -8,8 +8,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+from conftest import migrated
 
-def test_readme_adk_example_runs(database, tmp_path):
+
+async def test_readme_adk_example_runs(database, tmp_path):
+    await migrated(database)  # the operator's step, as the owner (README: database roles)
     readme = (Path(__file__).parent.parent / "README.md").read_text()
     blocks = re.findall(r"```python\n(.*?)```", readme, re.DOTALL)
     [example] = [b for b in blocks if "configure_governed_memory(agent, memory)" in b]

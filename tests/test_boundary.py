@@ -1,0 +1,483 @@
+"""The database is the boundary for every client: attacks by a hostile SQL client that holds the
+application's login (a member of ``kagent_memory_service`` only), each as its own case.
+
+Model-chosen tools in an agent pod may run arbitrary SQL with that login.  Every attack below is
+refused by PostgreSQL itself; the library's own operations keep working (the whole suite runs
+as the same login, see conftest).
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import psycopg
+import pytest
+from conftest import LOCAL, make_key, open_store, physical_rows, save, scope_uuid, vec
+from psycopg import sql
+from test_expiry import _key_args, _vector_literal, plant
+
+from kagent_governed_memory import (
+    Admission,
+    ConsentRequired,
+    GovernedMemoryStore,
+    InvalidInput,
+    MemoryPolicy,
+    Principal,
+    ReasonCode,
+    ScopeDenied,
+    StaleGeneration,
+    _sql,
+)
+
+PURPOSE = "personal_preferences"
+VERSION = "adr0023-prototype-1"
+TABLES = ["memory_scope", "memory_entry", "memory_audit", "memory_config",
+          "memory_principal_block", "memory_admission_bucket",
+          "governed_memory_schema_migrations"]
+# The entry points: what the service role may EXECUTE, and nothing else in the schema.
+ENTRY_POINTS = {
+    "memory_grant", "memory_generation", "memory_save", "memory_search", "memory_inspect",
+    "memory_status", "memory_forget", "memory_disable", "memory_disable_principal",
+    "memory_clear", "memory_verify_erasure", "memory_record_failure", "memory_configure",
+    "memory_purge_principal", "memory_admit", "memory_store_report", "memory_sweep",
+    "memory_schema_version",
+}
+HELPER_CALLS = [
+    "SELECT memory_scope_row('@a:example.org','native_local','kagent','a','control_room','!r')",
+    "SELECT memory_scope_lock('@a:example.org','native_local','kagent','a','control_room','!r')",
+    "SELECT * FROM memory_readable(gen_random_uuid())",
+    "SELECT memory_bind_scope(gen_random_uuid())",
+    "SELECT memory_principal_ref('@a:example.org', 'native_local')",
+    "SELECT memory_audit_write(NULL, 'x', 'y', NULL, NULL)",
+    "SELECT memory_unblock_principal('@a:example.org', 'native_local')",
+]
+
+
+def app(database) -> psycopg.Connection:
+    return psycopg.connect(database.dsn, autocommit=True)
+
+
+def refused(conn: psycopg.Connection, statement: str, params: list | None = None) -> str:
+    with pytest.raises(psycopg.Error) as err:
+        conn.execute(statement, params or [])
+    return err.value.sqlstate or ""
+
+
+@pytest.fixture
+async def two_scopes(store, database):
+    alice, bob = make_key(), make_key("@bob:example.org", room="!control-b:example.org")
+    for key, facts in ((alice, ["alice fact"]), (bob, ["bob secret"])):
+        await store.grant(key, purpose=PURPOSE)
+        await save(store, key, *facts)
+    return alice, bob
+
+
+# -- 1. no table, sequence or helper is reachable -------------------------------------------
+
+
+@pytest.mark.parametrize("table", TABLES)
+@pytest.mark.parametrize("statement", [
+    "SELECT * FROM {t}", "INSERT INTO {t} DEFAULT VALUES", "UPDATE {t} SET {c} = {c}",
+    "DELETE FROM {t}", "TRUNCATE {t}",
+])
+async def test_service_role_touches_no_table(store, two_scopes, database, table, statement):
+    column = {"memory_scope": "enabled", "memory_entry": "content", "memory_audit": "outcome",
+              "memory_config": "local_server", "memory_principal_block": "blocked_at",
+              "memory_admission_bucket": "tokens",
+              "governed_memory_schema_migrations": "name"}[table]
+    with app(database) as conn:
+        assert refused(conn, statement.format(t=table, c=column)) == "42501"
+    assert physical_rows(database) == 2
+
+
+async def test_service_role_catalog_privileges(store, database):
+    """What the catalog says: no table/sequence privilege, EXECUTE on the entry points only,
+    nothing for PUBLIC, every function with a fixed search_path, entry points SECURITY
+    DEFINER, and no CREATE on the schema for the login."""
+    with database.admin() as conn:
+        for table in TABLES:
+            for priv in ("SELECT", "INSERT", "UPDATE", "DELETE", "TRUNCATE", "REFERENCES",
+                         "TRIGGER"):
+                assert not conn.execute("SELECT has_table_privilege('kgm_app', %s, %s)",
+                                        [table, priv]).fetchone()[0], (table, priv)
+        assert not conn.execute("SELECT has_sequence_privilege('kgm_app',"
+                                " 'memory_audit_id_seq', 'USAGE')").fetchone()[0]
+        rows = conn.execute(
+            "SELECT p.proname, p.oid::regprocedure::text, p.prosecdef, p.proconfig,"
+            "       has_function_privilege('kgm_app', p.oid, 'EXECUTE'),"
+            "       EXISTS (SELECT FROM aclexplode(coalesce(p.proacl,"
+            "               acldefault('f', p.proowner))) a"
+            "                WHERE a.grantee = 0 AND a.privilege_type = 'EXECUTE')"
+            "  FROM pg_proc p WHERE p.pronamespace = current_schema()::regnamespace"
+            "   AND p.proname LIKE 'memory\\_%%'").fetchall()
+        assert {r[0] for r in rows} >= ENTRY_POINTS
+        for name, signature, secdef, config, executable, public in rows:
+            assert not public, f"PUBLIC may execute {signature}"
+            assert executable == (name in ENTRY_POINTS), signature
+            if name in ENTRY_POINTS - {"memory_schema_version"}:
+                assert secdef, signature
+                assert config and any(c.startswith("search_path=") and c.endswith("pg_temp")
+                                      for c in config), signature
+        assert not conn.execute("SELECT has_schema_privilege('kgm_app', current_schema(),"
+                                " 'CREATE')").fetchone()[0]
+
+
+@pytest.mark.parametrize("call", HELPER_CALLS)
+async def test_internal_helpers_are_not_executable(store, database, call):
+    with app(database) as conn:
+        assert refused(conn, call) == "42501"
+
+
+# -- 2. the scope binding setting opens nothing -----------------------------------------------
+
+
+async def test_set_config_then_read_is_refused(store, two_scopes, database):
+    _, bob = two_scopes
+    with app(database) as conn:
+        conn.execute("SELECT set_config('kagent.memory_scope', %s, false)",
+                     [scope_uuid(database, bob)])
+        assert refused(conn, "SELECT content FROM memory_entry") == "42501"
+
+
+async def test_a_table_granted_by_mistake_still_shows_nothing(store, two_scopes, database):
+    """Row-level security is keyed by the definer context (current_user is the owner only
+    inside the governed functions), not by a setting: a role granted SELECT by mistake sees
+    no row of any governed table, whatever it sets."""
+    _, bob = two_scopes
+    with database.admin() as conn:
+        conn.execute("CREATE ROLE kgm_mistake LOGIN")
+        conn.execute("GRANT SELECT ON memory_entry, memory_scope, memory_audit TO kgm_mistake")
+    try:
+        mistake = psycopg.conninfo.make_conninfo(database.dsn, user="kgm_mistake")
+        with psycopg.connect(mistake, autocommit=True) as conn:
+            conn.execute("SELECT set_config('kagent.memory_scope', %s, false)",
+                         [scope_uuid(database, bob)])
+            for table in ("memory_entry", "memory_scope", "memory_audit"):
+                assert conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0] == 0, table
+    finally:
+        with database.admin() as conn:
+            conn.execute("DROP OWNED BY kgm_mistake")
+            conn.execute("DROP ROLE kgm_mistake")
+
+
+# -- 3. nothing the caller creates shadows what the functions use -----------------------------
+
+
+async def test_temporary_table_hijack_is_ignored(store, database):
+    """A temporary `memory_scope` saying 'enabled, generation 999, cap 1000, 8 KiB, 900 years'
+    and a temporary `memory_entry` full of planted rows change nothing: the functions' fixed
+    search_path puts pg_temp last."""
+    key = make_key()
+    g = (await store.grant(key, purpose=PURPOSE)).generation
+    await save(store, key, "real fact")
+    sid = scope_uuid(database, key)
+    with app(database) as conn:
+        conn.execute(
+            "CREATE TEMP TABLE memory_scope (id uuid, principal_mxid text, principal_origin text,"
+            " agent_namespace text, agent_name text, scope_kind text, room_id text,"
+            " enabled boolean, purpose text, policy_version text, generation bigint,"
+            " consent_granted_at timestamptz, consent_expires_at timestamptz,"
+            " max_ttl interval, entry_cap integer, fact_max_bytes integer,"
+            " last_verified_erasure_at timestamptz, failure_reason text, failure_at timestamptz,"
+            " created_at timestamptz, updated_at timestamptz)")
+        conn.execute(
+            "INSERT INTO memory_scope VALUES (%s, %s, %s, %s, %s, %s, %s, true, %s, %s, 999,"
+            " now(), now() + interval '900 years', interval '900 years', 1000, 8192, NULL,"
+            " NULL, NULL, now(), now())", [sid, *_key_args(key), PURPOSE, VERSION])
+        conn.execute("CREATE TEMP TABLE memory_entry (id uuid, scope_id uuid, content text,"
+                      " embedding text, generation bigint, created_at timestamptz,"
+                      " expires_at timestamptz)")
+        conn.execute("INSERT INTO memory_entry VALUES (gen_random_uuid(), %s, 'planted', NULL,"
+                     " 999, now(), now() + interval '900 years')", [sid])
+        save_sql = "SELECT * FROM memory_save(%s,%s,%s,%s,%s,%s,%s,%s,%s,%s::vector[])"
+        big = "x" * 4008
+        for gen, text, state in ((999, "stale", "KGS01"), (g, big, "KGF01")):
+            assert refused(conn, save_sql, [*_key_args(key), gen, VERSION, [text],
+                                            [_vector_literal("x")]]) == state
+        found = conn.execute(
+            "SELECT content, expires_at < now() + interval '8 days'"
+            " FROM memory_search(%s,%s,%s,%s,%s,%s,%s,%s,%s::vector,50)",
+            [*_key_args(key), g, VERSION, _vector_literal("real fact")]).fetchall()
+        assert found == [("real fact", True)]
+    assert physical_rows(database, key) == 1
+
+
+async def test_temporary_function_and_operator_shadowing_is_ignored(store, database):
+    """Functions and operators are never looked up in pg_temp, and the schema is not writable
+    by the login: temporary stand-ins for now(), the fence and pgvector's <=> do nothing."""
+    key = make_key()
+    g = (await store.grant(key, purpose=PURPOSE)).generation
+    sid = scope_uuid(database, key)
+    with database.admin() as conn:
+        plant(conn, sid, g, "long expired", "now() - interval '1 day'")
+    with app(database) as conn:
+        conn.execute("CREATE FUNCTION pg_temp.now() RETURNS timestamptz LANGUAGE sql"
+                     " AS $$ SELECT '2000-01-01'::timestamptz $$")
+        conn.execute("CREATE FUNCTION pg_temp.memory_readable(uuid) RETURNS SETOF record"
+                     " LANGUAGE sql AS $$ SELECT NULL::record WHERE false $$")
+        conn.execute("CREATE FUNCTION pg_temp.fake_distance(text, text) RETURNS float8"
+                     " LANGUAGE sql AS $$ SELECT 0::float8 $$")
+        conn.execute("CREATE OPERATOR pg_temp.<=> (LEFTARG = text, RIGHTARG = text,"
+                     " FUNCTION = pg_temp.fake_distance)")
+        assert refused(conn, "CREATE FUNCTION memory_fence_check(text) RETURNS void"
+                             " LANGUAGE sql AS $$ SELECT $$") == "42501"
+        found = conn.execute("SELECT content FROM memory_search(%s,%s,%s,%s,%s,%s,%s,%s,"
+                             "%s::vector,50)",
+                             [*_key_args(key), g, VERSION, _vector_literal("x")]).fetchall()
+        assert found == []  # the expired row stays unreadable
+        assert refused(conn, "SELECT * FROM memory_save(%s,%s,%s,%s,%s,%s,%s,%s,%s,"
+                             "%s::vector[])", [*_key_args(key), g + 1, VERSION, ["x"],
+                                               [_vector_literal("x")]]) == "KGS01"
+
+
+# -- 4. forged arguments --------------------------------------------------------------------
+
+
+async def test_forged_ids_reach_nothing_of_another_key(store, two_scopes, database):
+    alice, bob = two_scopes
+    with database.admin() as conn:
+        bob_entry = conn.execute("SELECT id FROM memory_entry WHERE scope_id = %s",
+                                 [scope_uuid(database, bob)]).fetchone()[0]
+    with app(database) as conn:
+        # forget / verify / inspect-after with Bob's entry id under Alice's key
+        assert conn.execute("SELECT deleted FROM memory_forget(%s,%s,%s,%s,%s,%s,%s)",
+                            [*_key_args(alice), bob_entry]).fetchone()[0] == 0
+        conn.execute("SELECT * FROM memory_verify_erasure(%s,%s,%s,%s,%s,%s,NULL,%s,false)",
+                     [*_key_args(alice), bob_entry])
+        page = conn.execute("SELECT content FROM memory_inspect(%s,%s,%s,%s,%s,%s,"
+                            "'infinity',%s,50)", [*_key_args(alice), bob_entry]).fetchall()
+        assert page == [("alice fact",)]
+        # Bob's generation under Alice's key is just a stale or foreign number
+        gb = conn.execute("SELECT memory_generation(%s,%s,%s,%s,%s,%s,%s)",
+                          [*_key_args(bob), VERSION]).fetchone()[0]
+        ga = conn.execute("SELECT memory_generation(%s,%s,%s,%s,%s,%s,%s)",
+                          [*_key_args(alice), VERSION]).fetchone()[0]
+        assert ga == gb == 1  # the same number, and still only Alice's rows answer
+        hits = conn.execute("SELECT content FROM memory_search(%s,%s,%s,%s,%s,%s,%s,%s,"
+                            "%s::vector,50)", [*_key_args(alice), gb, VERSION,
+                                               _vector_literal("bob secret")]).fetchall()
+        assert hits == [("alice fact",)]
+    assert physical_rows(database, bob) == 1
+
+
+# -- 5. audit is append-only; retention is the only delete ------------------------------------
+
+
+async def test_audit_rows_cannot_be_deleted(store, two_scopes, database):
+    before = database.scalar("SELECT count(*) FROM memory_audit")
+    assert before >= 3  # configure, two grants
+    with app(database) as conn:
+        assert refused(conn, "DELETE FROM memory_audit") == "42501"
+    with psycopg.connect(database.owner_dsn, autocommit=True) as conn:  # even the owner
+        assert refused(conn, "DELETE FROM memory_audit") == "KGA01"
+        assert refused(conn, "TRUNCATE memory_audit") == "KGA01"
+        assert refused(conn, "UPDATE memory_audit SET outcome = 'x'") == "KGA01"
+    assert database.scalar("SELECT count(*) FROM memory_audit") == before
+
+
+async def test_owner_cannot_rewrite_an_entry(store, two_scopes, database):
+    """The trigger binds the owner too (it could still drop the trigger: the owner is the
+    trust root and no application may hold it)."""
+    alice, _ = two_scopes
+    with psycopg.connect(database.owner_dsn, autocommit=True) as conn, conn.transaction():
+        conn.execute("SELECT set_config('kagent.memory_scope', %s, true)",
+                     [scope_uuid(database, alice)])
+        for change in ("content = 'rewritten'", "expires_at = now() + interval '900 years'"):
+            with pytest.raises(psycopg.Error) as err, conn.transaction():
+                conn.execute(f"UPDATE memory_entry SET {change}")
+            assert err.value.sqlstate == "KGI01"
+
+
+async def test_sweep_applies_audit_and_bucket_retention(store, database):
+    with database.admin() as conn:
+        conn.execute("INSERT INTO memory_audit (at, operation, outcome) VALUES"
+                     " (now() - interval '401 days', 'old', 'gone'),"
+                     " (now() - interval '399 days', 'young', 'kept')")
+        conn.execute("INSERT INTO memory_admission_bucket VALUES"
+                     " ('scope:idle', 1, now() - interval '2 days'),"
+                     " ('scope:busy', 1, now() - interval '1 hour')")
+    await store.sweep()
+    assert database.scalar("SELECT string_agg(operation, ',' ORDER BY id) FROM memory_audit"
+                           " WHERE operation IN ('old', 'young')") == "young"
+    assert database.scalar("SELECT string_agg(bucket, ',') FROM memory_admission_bucket"
+                           ) == "scope:busy"
+
+
+# -- 6. the fence also carries the policy version, and admission is inside it --------------------
+
+
+async def test_policy_version_is_part_of_the_fence(store, database):
+    key = make_key()
+    g = (await store.grant(key, purpose=PURPOSE)).generation
+    v2 = await open_store(database, MemoryPolicy(version="policy-v2"))
+    try:
+        assert await v2.generation(key) is None
+        for call in (lambda: v2.save(key, g, facts=["x"], embeddings=[vec("x")]),
+                     lambda: v2.search(key, g, vec("x")),
+                     lambda: Admission(v2).admit(key, g, units=1)):
+            with pytest.raises(ConsentRequired) as err:
+                await call()
+            assert err.value.reason is ReasonCode.CONSENT_POLICY_CHANGED
+        assert physical_rows(database, key) == 0
+        await v2.withdraw(key)  # re-consent is the path
+        g2 = (await v2.grant(key, purpose=PURPOSE)).generation
+        await v2.save(key, g2, facts=["x"], embeddings=[vec("x")])
+    finally:
+        await v2.close()
+
+
+async def test_admission_checks_the_fence_and_consumes_nothing_when_refused(store, database):
+    key = make_key()
+    g = (await store.grant(key, purpose=PURPOSE)).generation
+    admission = Admission(store)
+    await admission.admit(key, g, units=1)
+    tokens = database.scalar("SELECT tokens FROM memory_admission_bucket")
+    await store.withdraw(key)
+    with pytest.raises(StaleGeneration):
+        await admission.admit(key, g, units=1)
+    g2 = (await store.grant(key, purpose=PURPOSE)).generation
+    await store.forget_all(key)  # advances: g2 is stale too
+    with pytest.raises(StaleGeneration):
+        await admission.admit(key, g2, units=1)
+    assert database.scalar("SELECT tokens FROM memory_admission_bucket") == tokens
+    with app(database) as conn:  # and raw, bypassing Python, with a made-up generation
+        assert refused(conn, "SELECT memory_admit(%s,%s,%s,%s,%s,%s,%s,%s,ARRAY['scope:x'],"
+                             "ARRAY[1.0],ARRAY[60.0],ARRAY[60.0],ARRAY[3600.0],NULL)",
+                       [*_key_args(key), 12345, VERSION]) == "KGS01"
+
+
+# -- 7. S5 lives in the database ----------------------------------------------------------
+
+
+async def test_remote_principal_refused_by_the_database(store, database):
+    with app(database) as conn:
+        grant = ("SELECT * FROM memory_grant(%s,'native_local','kagent','a','control_room',%s,"
+                 "'personal_preferences',%s,'7 days',100,512,'90 days')")
+        assert refused(conn, grant, ["@mallory:evil.example", "!room:example.org", VERSION]
+                       ) == "KGD02"
+        assert refused(conn, grant, ["@alice:example.org", "!room:evil.example", VERSION]
+                       ) == "KGD02"
+        # the recorded local server cannot be changed by the service role
+        assert conn.execute("SELECT memory_configure('evil.example')").fetchone()[0] == LOCAL
+    with pytest.raises(InvalidInput) as err:
+        await GovernedMemoryStore.open(database.dsn, local_server="other.example",
+                                       sweep_every=None)
+    assert err.value.reason is ReasonCode.LOCAL_SERVER_MISMATCH
+
+
+async def test_unconfigured_store_grants_nobody(database):
+    from kagent_governed_memory import migrate
+
+    await migrate(database.owner_dsn)  # no local server recorded
+    with app(database) as conn:
+        assert refused(conn, "SELECT * FROM memory_grant('@a:example.org','native_local',"
+                             "'kagent','a','control_room','!r:example.org','p',%s,'7 days',"
+                             "100,512,'90 days')", [VERSION]) == "KGD02"
+
+
+# -- 8. roles: the application may not hold the trust root ------------------------------------
+
+
+async def test_privileged_logins_are_refused(store, database):
+    for dsn in (database.owner_dsn, database.admin_dsn):
+        with pytest.raises(InvalidInput) as err:
+            await GovernedMemoryStore.open(dsn, local_server=LOCAL, sweep_every=None)
+        assert err.value.reason is ReasonCode.PRIVILEGED_ROLE
+        assert "kagent_memory_service" in str(err.value)
+    owner = await GovernedMemoryStore.open(database.owner_dsn, local_server=LOCAL,
+                                           sweep_every=None, privileged=True)
+    await owner.close()
+
+
+async def test_missing_service_role_fails_the_migration_with_a_clear_message(database):
+    """A migrating role that may not create roles, on a cluster without the service role:
+    the migration stops with KGR01 and says what to run (in a transaction rolled back after,
+    so the cluster's role stays)."""
+    up = _sql.migrations()[0].up
+    with database.admin() as conn:
+        conn.execute("BEGIN")
+        try:
+            conn.execute("ALTER ROLE kagent_memory_service RENAME TO kgm_renamed_for_test")
+            conn.execute("SET LOCAL ROLE kgm_owner")
+            conn.execute("SAVEPOINT s")
+            with pytest.raises(psycopg.Error) as err:
+                conn.execute(up)
+            assert err.value.sqlstate == "KGR01"
+            assert "CREATE ROLE kagent_memory_service NOLOGIN" in (err.value.diag.message_hint
+                                                                   or "")
+        finally:
+            conn.execute("ROLLBACK")
+
+
+# -- 9. offboarding: block first; nothing left that names the principal ----------------------
+
+
+async def test_grant_racing_an_offboarding_is_not_missed(store, database):
+    key = make_key(agent="racer")
+    principal = key.principal
+    with app(database) as conn:
+        conn.execute("BEGIN")
+        conn.execute("SELECT * FROM memory_grant(%s,%s,%s,%s,%s,%s,%s,%s,'7 days',100,512,"
+                     "'90 days')", [*_key_args(key), PURPOSE, VERSION])
+        offboarding = asyncio.create_task(store.offboard(principal))
+        await asyncio.sleep(0.3)
+        assert not offboarding.done()  # waits for the grant in flight
+        conn.execute("COMMIT")
+    report = await asyncio.wait_for(offboarding, 10)
+    assert [s.scope_id for s in report.scopes] == [key.opaque_id] and report.ok
+    assert scope_uuid(database, key) is None
+    with pytest.raises(ScopeDenied):
+        await store.grant(key, purpose=PURPOSE)
+    owner = await GovernedMemoryStore.open(database.owner_dsn, local_server=LOCAL,
+                                           sweep_every=None, privileged=True)
+    try:
+        assert await owner.unblock(principal) is True
+    finally:
+        await owner.close()
+    with app(database) as conn:  # the service role cannot lift it
+        assert refused(conn, "SELECT memory_unblock_principal(%s, 'native_local')",
+                       [principal.mxid]) == "42501"
+    assert (await store.grant(key, purpose=PURPOSE)).generation >= 1
+    assert isinstance(principal, Principal)
+
+
+# -- 10. physical deletion within 24 hours --------------------------------------------------
+
+
+async def test_overdue_expired_rows_are_a_violation_and_the_service_sweeps(store, database):
+    key = make_key()
+    g = (await store.grant(key, purpose=PURPOSE)).generation
+    sid = scope_uuid(database, key)
+    with database.admin() as conn:
+        plant(conn, sid, g, "expired 25 hours ago", "now() - interval '25 hours'")
+        plant(conn, sid, g, "expired an hour ago", "now() - interval '1 hour'")
+    report = await store.report()
+    assert report.violations == {"expired_overdue": 1}
+    assert report.overdue_scope_ids == (sid,)
+    with database.admin() as conn:  # another replica is sweeping: this one skips at once
+        conn.execute("SELECT pg_advisory_lock(hashtextextended('kagent.memory_sweep', 0))")
+        assert await store.sweep() == 0
+        conn.execute("SELECT pg_advisory_unlock_all()")
+    service = await open_store(database, sweep_every=3600.0)  # sweeps at start, then hourly
+    try:
+        for _ in range(100):
+            if physical_rows(database, key) == 0:
+                break
+            await asyncio.sleep(0.05)
+        assert physical_rows(database, key) == 0
+        assert service._sweeper is not None and service._sweeper.runs >= 1
+    finally:
+        await service.close()
+    assert (await store.report()).violations == {}
+
+
+async def test_sweeper_stops_cleanly_at_any_moment(database):
+    from conftest import migrated
+
+    await migrated(database)
+    for delay in (0, 0.001, 0.01):
+        s = await open_store(database, sweep_every=1.0)
+        await asyncio.sleep(delay)
+        await asyncio.wait_for(s.close(), 5)
+    with pytest.raises(InvalidInput):
+        await open_store(database, sweep_every=0.0)
