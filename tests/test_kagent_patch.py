@@ -34,7 +34,7 @@ from kagent_runtime.runtime_venv import (
 )
 from psycopg.conninfo import make_conninfo
 
-from kagent_governed_memory._embedded import APP_ROLE, prepare_app_database
+from kagent_governed_memory._embedded import APP_ROLE, OWNER_ROLE, prepare_app_database
 
 REPO = Path(__file__).resolve().parent.parent
 HERE = Path(__file__).resolve().parent / "kagent_runtime"
@@ -131,8 +131,9 @@ def runtime_database(postgresql_proc):
     name = f"k_{uuid.uuid4().hex[:16]}"
     base = make_conninfo(host=postgresql_proc.host, port=postgresql_proc.port,
                          user=postgresql_proc.user, dbname="postgres")
-    prepare_app_database(base, APP_ROLE, name, template=postgresql_proc.template_dbname)
+    prepare_app_database(base, name, template=postgresql_proc.template_dbname)
     yield {"dsn": make_conninfo(base, user=APP_ROLE, dbname=name),
+           "owner_dsn": make_conninfo(base, user=OWNER_ROLE, dbname=name),
            "admin_dsn": make_conninfo(base, dbname=name)}
     with psycopg.connect(base, autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
@@ -150,6 +151,7 @@ def reports(kagent_runtime, runtime_database) -> dict[str, dict]:
             "PYTHONDONTWRITEBYTECODE": "1",
             "KGM_TEST_DSN": runtime_database["dsn"],
             "KGM_TEST_ADMIN_DSN": runtime_database["admin_dsn"],
+            "KGM_TEST_OWNER_DSN": runtime_database["owner_dsn"],
             "KGM_TEST_LOG_FILE": str(log),
         })
         # Files, not pipes: a full pipe would stall one process while we wait for the other.

@@ -122,7 +122,7 @@ class TestController:
             units, explicit = body.get("units"), body.get("explicit")
             if not isinstance(units, int) or isinstance(units, bool) or not isinstance(explicit, bool):
                 return _refuse(ReasonCode.INVALID_ARGUMENT)
-            await self.admission.admit(key, units=units, explicit=explicit)
+            await self.admission.admit(key, body.get("generation"), units=units, explicit=explicit)
             return JSONResponse({"admitted": True})
         return await self._run(request, "admit", work)
 

@@ -107,6 +107,7 @@ from kagent_governed_memory import (
 )
 from kagent_governed_memory.assertion import sign_scope_assertion
 from kagent_governed_memory.embedding import HashingEmbedder
+from kagent_governed_memory.migrations import migrate
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from controller import TestController
@@ -579,8 +580,9 @@ def _plant(conn, sid: str, generation: int, text: str, expires_sql: str) -> None
 async def main() -> dict[str, Any]:
     store = None
     if PATCHED:
-        store = await GovernedMemoryStore.open(os.environ["KGM_TEST_DSN"], local_server=LOCAL)
-        await store.migrate()
+        await migrate(os.environ["KGM_TEST_OWNER_DSN"], local_server=LOCAL)
+        store = await GovernedMemoryStore.open(os.environ["KGM_TEST_DSN"], local_server=LOCAL,
+                                               sweep_every=None)
     # Generous budgets for the scenario; section 6 swaps in a tight one.
     loose = MemoryPolicy(version="test-loose", explicit_burst=1000, explicit_ops_per_minute=6000,
                          scope_ops_per_hour=100000)
