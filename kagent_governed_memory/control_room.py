@@ -91,6 +91,9 @@ class ControlRoomState(BaseModel):
     encrypted: bool = False
     server_acl: ServerAcl | None = None
     memberships: tuple[tuple[str, Membership], ...] = ()  # (user ID, membership), sorted
+    # m.room.third_party_invite events still in force (an invite to an e-mail address or phone
+    # number that anyone holding it may accept); a revoked one has empty content.
+    third_party_invites: int = 0
 
     @classmethod
     def from_events(cls, events: Any, *, room_id: str) -> ControlRoomState:
@@ -106,6 +109,7 @@ class ControlRoomState(BaseModel):
         seen: set[tuple[str, str]] = set()
         create = join_rules = history = acl = None
         encrypted = False
+        third_party = 0
         members: list[tuple[str, Membership]] = []
         for event in events:
             etype, key, content = _event_parts(event)
@@ -118,6 +122,8 @@ class ControlRoomState(BaseModel):
                 members.append((_user_id(key), _membership(content)))
             elif etype == "m.room.encryption":
                 encrypted = True  # any state key, any (even redacted) content
+            elif etype == "m.room.third_party_invite":
+                third_party += 1 if content else 0  # any state key; {} is a revocation
             elif key != "":
                 continue  # servers honour only the empty state key for the types below
             elif etype == "m.room.create":
@@ -139,6 +145,7 @@ class ControlRoomState(BaseModel):
             encrypted=encrypted,
             server_acl=None if acl is None else _server_acl(acl),
             memberships=tuple(sorted(members)),
+            third_party_invites=third_party,
         )
 
     def members(self, *states: Membership) -> frozenset[str]:
@@ -153,6 +160,7 @@ class ControlRoomState(BaseModel):
         yield "server_acl", self.server_acl
         counts = Counter(membership.value for _, membership in self.memberships)
         yield "members", dict(sorted(counts.items()))
+        yield "third_party_invites", self.third_party_invites
 
     def __repr__(self) -> str:
         return "ControlRoomState(" + ", ".join(f"{k}={v!r}" for k, v in self._summary()) + ")"
@@ -215,7 +223,7 @@ def check_control_room(
         return _deny(ReasonCode.ROOM_ENCRYPTED)  # ciphertext the bridge cannot re-check
     if state.server_acl is None or not state.server_acl.admits_only(local_server):
         return _deny(ReasonCode.SERVER_ACL_NOT_LOCAL)
-    if state.members(Membership.INVITE, Membership.KNOCK):
+    if state.members(Membership.INVITE, Membership.KNOCK) or state.third_party_invites:
         return _deny(ReasonCode.MEMBERSHIP_PENDING)
     expected = {subject.mxid, bot, ghost}
     if (

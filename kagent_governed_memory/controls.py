@@ -19,12 +19,12 @@ import re
 import secrets
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime, timedelta
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
 from .control_room import ControlRoomCheck
-from .errors import GovernanceError, InvalidInput, ReasonCode
+from .errors import GovernanceError, InvalidInput, ReasonCode, StoreUnavailable
 from .identity import AgentIdentity, MemoryScope, Principal, ScopeKey
 from .models import ErasureReceipt, ForgetReceipt, MemoryRecord, ScopeStatus
 from .store import GovernedMemoryStore
@@ -131,12 +131,18 @@ class ConfirmationRequired(BaseModel):
 
 
 MemoryReply = Notice | StatusReply | InspectReply | ForgetReply | ErasureReply | ConfirmationRequired
-RoomCheck = Callable[[], Awaitable[ControlRoomCheck] | ControlRoomCheck]
+# Called with the command's agent (so the bridge can match that agent's ghost in the room); a
+# callable taking no argument is still accepted and called without it.
+RoomCheck = (Callable[[AgentIdentity], Awaitable[ControlRoomCheck] | ControlRoomCheck]
+             | Callable[[], Awaitable[ControlRoomCheck] | ControlRoomCheck])
 
 
 class ConfirmationLedger(Protocol):
     def consume(self, nonce: str, expires_at: datetime, now: datetime) -> bool:
         """True the first time ``nonce`` is presented; False ever after."""
+
+    def release(self, nonce: str) -> None:
+        """Make ``nonce`` usable again: its action failed before anything was changed."""
 
 
 class InMemoryLedger:
@@ -151,6 +157,9 @@ class InMemoryLedger:
             return False
         self._used[nonce] = expires_at
         return True
+
+    def release(self, nonce: str) -> None:
+        self._used.pop(nonce, None)
 
 
 class MemoryControls:
@@ -194,12 +203,12 @@ class MemoryControls:
             return Notice(reason=exc.reason)
         if sender != subject:
             return Notice(reason=ReasonCode.NOT_SUBJECT)
-        denied = await _room_denied(room_check)
-        if denied is not None:
-            return Notice(reason=denied)
         agent = self._agents.get(command.agent)
         if agent is None:
             return Notice(reason=ReasonCode.UNKNOWN_AGENT)
+        denied = await _room_denied(room_check, agent)
+        if denied is not None:
+            return Notice(reason=denied)
         try:
             key = ScopeKey(principal=sender, agent=agent, scope=MemoryScope.control_room(room_id))
             key.require_servable(self._store.local_server)
@@ -213,7 +222,8 @@ class MemoryControls:
             return StatusReply(status=await self._store.status(key))
         if command.action == "inspect":
             page = await self._store.inspect(key, cursor=command.cursor)
-            denied = await _room_denied(room_check)  # the state may have drifted since admission
+            # the state may have drifted since admission
+            denied = await _room_denied(room_check, key.agent)
             if denied is not None:
                 return Notice(reason=denied)
             return InspectReply(entries=page.entries, next_cursor=page.next_cursor)
@@ -222,12 +232,19 @@ class MemoryControls:
         action: Literal["forget_all", "off"] = command.action  # type: ignore[assignment]
         if command.token is None:
             return self._confirmation(key, action)
-        reason = self._redeem(command.token, key, action)
-        if reason is not None:
-            return Notice(reason=reason)
-        if action == "forget_all":
-            return ErasureReply(action=action, receipt=await self._store.forget_all(key))
-        return ErasureReply(action=action, receipt=await self._store.withdraw(key))
+        redeemed = self._redeem(command.token, key, action)
+        if isinstance(redeemed, ReasonCode):
+            return Notice(reason=redeemed)
+        try:
+            if action == "forget_all":
+                return ErasureReply(action=action, receipt=await self._store.forget_all(key))
+            return ErasureReply(action=action, receipt=await self._store.withdraw(key))
+        except GovernanceError as exc:
+            if _nothing_changed(exc):  # the user's confirmation stays good for a retry
+                release = getattr(self._ledger, "release", None)
+                if callable(release):
+                    release(redeemed)
+            return Notice(reason=exc.reason)
 
     # -- confirmation tokens ----------------------------------------------------------------
 
@@ -239,7 +256,8 @@ class MemoryControls:
         token = f"c1.{body}.{_b64(self._mac(body))}"
         return ConfirmationRequired(action=action, token=token, expires_at=expires)  # type: ignore[arg-type]
 
-    def _redeem(self, token: str, key: ScopeKey, action: str) -> ReasonCode | None:
+    def _redeem(self, token: str, key: ScopeKey, action: str) -> ReasonCode | str:
+        """The refusal, or the consumed nonce (released again if the action changes nothing)."""
         parts = token.split(".")
         if len(parts) != 3 or parts[0] != "c1":
             return ReasonCode.CONFIRMATION_INVALID
@@ -261,14 +279,28 @@ class MemoryControls:
             return ReasonCode.CONFIRMATION_EXPIRED
         if not self._ledger.consume(payload["n"], expires, now):
             return ReasonCode.CONFIRMATION_INVALID
-        return None
+        return str(payload["n"])
 
     def _mac(self, body: str) -> bytes:
         return hmac.new(self._secret, b"kgm-confirm." + body.encode(), hashlib.sha256).digest()
 
 
-async def _room_denied(room_check: RoomCheck) -> ReasonCode | None:
-    result = room_check()
+def _nothing_changed(exc: GovernanceError) -> bool:
+    """The store was unreachable, or a withdrawal's first step (disable) did not commit."""
+    return isinstance(exc, StoreUnavailable) or exc.ids.get("step") == "disable"
+
+
+def _takes_agent(room_check: Callable[..., Any]) -> bool:
+    try:
+        params = inspect.signature(room_check).parameters.values()
+    except (TypeError, ValueError):
+        return True
+    return any(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL)
+               for p in params)
+
+
+async def _room_denied(room_check: RoomCheck, agent: AgentIdentity) -> ReasonCode | None:
+    result = room_check(agent) if _takes_agent(room_check) else room_check()  # type: ignore[call-arg]
     if inspect.isawaitable(result):
         result = await result
     if not isinstance(result, ControlRoomCheck):

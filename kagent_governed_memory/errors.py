@@ -77,6 +77,7 @@ class ReasonCode(StrEnum):
     SUMMARY_MALFORMED = "summary_malformed"
     SUMMARY_TOO_MANY_FACTS = "summary_too_many_facts"
     NOTHING_TO_SAVE = "nothing_to_save"
+    AUTOSAVE_CALLBACK_ONLY = "autosave_callback_only"
     # telemetry
     SPAN_CONTENT_CAPTURE = "span_content_capture"
     # control room (U6) and commands (U1-U5)

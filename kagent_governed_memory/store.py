@@ -641,7 +641,11 @@ def _decode_cursor(key: ScopeKey, cursor: object) -> tuple[datetime, uuid.UUID]:
     version, micros, id_bytes = _CURSOR.unpack(payload)
     if version != 1 or not hmac.compare_digest(tag, _cursor_tag(key, payload)):
         raise InvalidInput(ReasonCode.INVALID_CURSOR)
-    return _EPOCH + micros * _MICROSECOND, uuid.UUID(bytes=id_bytes)
+    try:  # the tag is keyed with a public id, so the position itself is untrusted input
+        at = _EPOCH + micros * _MICROSECOND
+    except OverflowError:
+        raise InvalidInput(ReasonCode.INVALID_CURSOR) from None
+    return at, uuid.UUID(bytes=id_bytes)
 
 
 def _b64(text: str) -> bytes | None:

@@ -30,9 +30,9 @@ import os
 import re
 import threading
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, Literal
 
-from .errors import GovernanceError, ReasonCode
+from .errors import GovernanceError, InvalidInput, ReasonCode
 
 __all__ = [
     "ContentFreeLogging",
@@ -46,15 +46,19 @@ UPSTREAM_PREFIXES = (
     "kagent", "kagent_adk", "google_adk", "google.adk", "google_genai", "google.genai",
     "httpx", "httpcore", "psycopg", "psycopg_pool", "openai", "anthropic", "litellm", "LiteLLM",
     "a2a", "mcp", "opentelemetry",
+    # "Task exception was never retrieved" carries the exception's text
+    "asyncio",
 )
 # What this library's own log arguments may be: numbers, reason codes, operation names, opaque
 # scope/principal ids and entry UUIDs.  Anything else — however harmless it looks — is redacted.
 _OPAQUE = re.compile(r"(sk|pr)_[0-9a-f]{32}|[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+# An exception's class name (never its message): "RuntimeError", "ReadTimeout", ...
+_EXCEPTION_TYPE = re.compile(r"[A-Z][A-Za-z0-9]{0,58}(Error|Exception|Timeout|Exit|Failure)")
 _OPERATIONS = frozenset({
     "open", "migrate", "schema_version", "grant", "generation", "save", "search", "inspect",
     "status", "forget", "forget_all", "withdraw", "erase", "verify", "record_failure",
     "offboard", "sweep", "admit", "embed", "summarise", "retrieve", "prefetch", "delete",
-    "request", "report",
+    "request", "report", "unblock", "add_session_to_memory", "add_events_to_memory",
 })
 _STANDARD = frozenset(logging.makeLogRecord({}).__dict__) | {"message", "asctime", "taskName"}
 _REDACTED = "<redacted>"
@@ -71,6 +75,7 @@ def _safe_arg(value: Any) -> Any:
         return value
     if isinstance(value, str) and (
         value in _OPERATIONS or value in ReasonCode._value2member_map_ or _OPAQUE.fullmatch(value)
+        or _EXCEPTION_TYPE.fullmatch(value)
     ):
         return value
     return _REDACTED
@@ -281,13 +286,18 @@ class ContentFreeSpanProcessor:
         return self._wrapped.force_flush(timeout_millis)
 
 
-def check_adk_span_content(mode: str = "warn") -> bool:
+SpanContentMode = Literal["warn", "refuse", "ignore"]
+
+
+def check_adk_span_content(mode: SpanContentMode = "warn") -> bool:
     """google-adk writes tool arguments and responses (``load_memory`` queries, retrieved
     facts) into spans unless ``ADK_CAPTURE_MESSAGE_CONTENT_IN_SPANS`` is false (legacy spans,
     default on) and ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` is unset or
     ``NO_CONTENT`` (GenAI semconv spans and events).  Returns True when both are off;
     otherwise warns (content-free) or, with ``mode="refuse"``, raises
     ``GovernanceError(ReasonCode.SPAN_CONTENT_CAPTURE)``."""
+    if mode not in ("warn", "refuse", "ignore"):  # a typo must not switch the check off
+        raise InvalidInput(ReasonCode.INVALID_ARGUMENT, field="span_content")
     # Parsed exactly as google-adk does (1.28-1.31: ``.lower() in ('false', '0')``, no strip;
     # 2.x also strips).  Any other spelling ("no", "off", " false" on 1.x) leaves ADK capturing.
     legacy = os.environ.get("ADK_CAPTURE_MESSAGE_CONTENT_IN_SPANS", "true").lower()

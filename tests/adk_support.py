@@ -46,6 +46,7 @@ class ScriptedLlm(BaseLlm):
     plan: Any = None
     summaries: list[Any] = Field(default_factory=list)
     gate: Any = None  # an asyncio.Event the summariser waits for, when set
+    on_chat: Any = None  # async (user_text) -> None, awaited while the agent "answers"
     _calls: list[str] = PrivateAttr(default_factory=list)
     _requests: list[LlmRequest] = PrivateAttr(default_factory=list)
     _prompts: list[str] = PrivateAttr(default_factory=list)
@@ -78,6 +79,8 @@ class ScriptedLlm(BaseLlm):
             return
         self._calls.append("chat")
         self._requests.append(llm_request)
+        if self.on_chat is not None:
+            await self.on_chat(text)
         responses = [p.function_response for p in (last.parts or []) if p.function_response] \
             if last else []
         if responses:
@@ -159,7 +162,7 @@ class Harness:
 
 def build(store: GovernedMemoryStore, *, plan: ToolPlan | None = None,
           summaries: list[Any] | None = None, agent: AgentIdentity = AGENT,
-          admission=None, embedder=None, before_tool=None) -> Harness:
+          admission=None, embedder=None, before_tool=None, session_service=None) -> Harness:
     model = ScriptedLlm(plan=plan, summaries=summaries or [])
     embedder = embedder or CountingEmbedder()
     reader = InMemoryMetricReader()
@@ -170,7 +173,8 @@ def build(store: GovernedMemoryStore, *, plan: ToolPlan | None = None,
                          before_tool_callback=before_tool)
     configure_governed_memory(llm_agent, service)
     runner = Runner(app_name=AGENT.app_name, agent=llm_agent,
-                    session_service=InMemorySessionService(), memory_service=service)
+                    session_service=session_service or InMemorySessionService(),
+                    memory_service=service)
     return Harness(store, model, embedder, service, runner, reader, llm_agent)
 
 

@@ -187,6 +187,18 @@ def test_u6_pending_membership_is_denied(room: Room, membership: str) -> None:
     assert _denied(room.check()) is R.MEMBERSHIP_PENDING
 
 
+def test_u6_pending_third_party_invite_is_denied(room: Room) -> None:
+    """An invite to an e-mail address (m.room.third_party_invite) is pending membership:
+    whoever holds the address may join and read the content."""
+    assert room.check().allowed
+    token = secrets.token_hex(8)
+    room.events.append(_state("m.room.third_party_invite",
+                              {"display_name": "a***@e***", "public_key": "x"}, key=token))
+    assert _denied(room.check()) is R.MEMBERSHIP_PENDING
+    room.events[-1] = _state("m.room.third_party_invite", {}, key=token)  # revoked
+    assert room.check().allowed
+
+
 def test_u6_fourth_joined_member_is_denied(room: Room) -> None:
     room.events.append(_member(_sentinel("m"), "join"))
     assert _denied(room.check()) is R.MEMBERS_MISMATCH

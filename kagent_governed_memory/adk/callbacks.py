@@ -1,11 +1,15 @@
 """Auto-save: once per ``autosave_every_user_turns`` eligible user turns (A2), summarising only
-turns that happened under the current generation and after the last checkpoint (C6).
+turns that started *and* are saved under the same valid consent generation (C6).
 
-The eligibility window lives in the session state as content-free bookkeeping (scope id,
-generation, two timestamps).  It opens at the first invocation in which this session was
-admitted under the current generation, so turns from before consent — or from before a
-``forget_all`` advanced the generation — are never summarised; it advances past every turn
-handed to a summariser, so nothing is summarised twice.
+No clocks decide eligibility.  A ``before_agent_callback`` captures the request's generation
+when the turn starts — before the model runs — and records the turn's invocation id in the
+session state under that generation (content-free bookkeeping: scope id, generation, invocation
+ids).  The ``after_agent_callback`` summarises only the turns recorded under the generation the
+request captured at its start, and the store's fence refuses the save unless that generation is
+still current when it is written.  So a message sent before consent, before a withdrawal and
+re-grant, or before a ``forget all`` is never summarised: its turn started under no generation
+or an older one.  Checkpoints are per generation: a new generation starts an empty list, and
+turns handed to a summariser leave it, so nothing is summarised twice.
 """
 
 from __future__ import annotations
@@ -20,9 +24,11 @@ if TYPE_CHECKING:
 
     from .service import Admitted, GovernedMemoryService
 
-__all__ = ["STATE_KEY", "eligible_events", "event_line", "make_autosave_callback"]
+__all__ = ["STATE_KEY", "eligible_events", "event_line", "make_autosave_callback",
+           "make_turn_start_callback", "turns_of"]
 
 STATE_KEY = "kgm_autosave"
+_MAX_TURNS = 64  # recorded, not yet summarised turns kept per session (bounded state)
 
 
 def event_line(event: Event) -> str:
@@ -39,56 +45,63 @@ def event_line(event: Event) -> str:
     return f"{'user' if event.author == 'user' else 'assistant'}: {text}"
 
 
-def _checkpoint(raw: Any, who: Admitted, session: Session, invocation_id: str | None
-                ) -> dict[str, Any]:
+def turns_of(raw: Any, who: Admitted) -> dict[str, Any]:
+    """The checkpoint for ``who``'s scope and generation: recorded turns, or none."""
     if (
         isinstance(raw, dict)
         and raw.get("scope") == who.key.opaque_id
         and raw.get("generation") == who.generation
-        and isinstance(raw.get("since"), int | float)
+        and isinstance(raw.get("turns"), list)
     ):
-        return dict(raw)
-    current = [e.timestamp for e in session.events if e.invocation_id == invocation_id]
-    since = min(current) if current else (session.events[-1].timestamp if session.events else 0.0)
-    return {"scope": who.key.opaque_id, "generation": who.generation, "since": since,
-            "last": None}
+        return {**raw, "turns": [t for t in raw["turns"] if isinstance(t, str)]}
+    return {"scope": who.key.opaque_id, "generation": who.generation, "turns": []}
 
 
 def eligible_events(session: Session, checkpoint: dict[str, Any]) -> list[Event]:
-    since, last = checkpoint["since"], checkpoint.get("last")
-    return [
-        e for e in session.events
-        if e.timestamp >= since and (last is None or e.timestamp > last) and event_line(e)
-    ]
+    turns = set(checkpoint["turns"])
+    return [e for e in session.events if e.invocation_id in turns and event_line(e)]
+
+
+def make_turn_start_callback(service: GovernedMemoryService):
+    """A ``before_agent_callback``: capture the generation before the model runs and record
+    this turn under it (a turn that starts without valid consent is recorded nowhere)."""
+
+    async def governed_turn_start_callback(callback_context: CallbackContext) -> None:
+        who = await service.admitted()
+        if who is None:
+            return None
+        checkpoint = turns_of(callback_context.state.get(STATE_KEY), who)
+        invocation = callback_context.invocation_id
+        if invocation not in checkpoint["turns"]:
+            checkpoint["turns"] = [*checkpoint["turns"], invocation][-_MAX_TURNS:]
+        callback_context.state[STATE_KEY] = checkpoint
+        return None
+
+    return governed_turn_start_callback
 
 
 def make_autosave_callback(service: GovernedMemoryService):
     """An ``after_agent_callback`` that schedules a tracked background auto-save."""
 
     async def governed_autosave_callback(callback_context: CallbackContext) -> None:
+        service.recalled.drop(callback_context.invocation_id)  # the turn is over
         task = asyncio.current_task()
         if task is not None and task.cancelling():
             # google-adk 2.x also runs after-agent callbacks for a cancelled turn but drops
             # their state change, so a save now would be summarised again next turn (C6).
             return
-        who = await service.admitted()
+        who = await service.admitted()  # the generation captured when this turn started
         if who is None:
             return
-        session = callback_context.session
-        checkpoint = _checkpoint(callback_context.state.get(STATE_KEY), who, session,
-                                 callback_context.invocation_id)
-        pending = eligible_events(session, checkpoint)
-        user_turns = sum(1 for e in pending if e.author == "user")
+        checkpoint = turns_of(callback_context.state.get(STATE_KEY), who)
+        if callback_context.invocation_id not in checkpoint["turns"]:
+            return  # this turn did not start under the current generation
+        pending = eligible_events(callback_context.session, checkpoint)
+        user_turns = len({e.invocation_id for e in pending if e.author == "user"})
         if user_turns >= service.store.policy.autosave_every_user_turns:
             service.schedule_autosave(who, [event_line(e) for e in pending])
-            checkpoint["last"] = max(e.timestamp for e in pending)
+            checkpoint["turns"] = []
         callback_context.state[STATE_KEY] = checkpoint
         return
 
     return governed_autosave_callback
-
-
-def current_turn_events(session: Session) -> list[Event]:
-    """The events of the request in flight: from its user message on."""
-    users = [i for i, e in enumerate(session.events) if e.author == "user"]
-    return [e for e in session.events[users[-1]:] if event_line(e)] if users else []

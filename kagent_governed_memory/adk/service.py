@@ -26,8 +26,9 @@ from ..metering import Metering, Operation, traced
 from ..models import MemoryRecord
 from ..request import RequestBinding, current_request
 from ..store import GovernedMemoryStore, _check_fact
-from ..telemetry import check_adk_span_content
-from .callbacks import current_turn_events, event_line
+from ..telemetry import SpanContentMode, check_adk_span_content
+from .callbacks import event_line
+from .recall import Recalled
 from .summariser import summarise
 
 if TYPE_CHECKING:
@@ -74,7 +75,7 @@ class GovernedMemoryService(BaseMemoryService):
         summariser: BaseLlm | None = None,
         admission: Admission | None = None,
         meter_provider: MeterProvider | None = None,
-        span_content: str = "warn",
+        span_content: SpanContentMode = "warn",
     ) -> None:
         if not isinstance(agent, AgentIdentity):
             raise InvalidInput(ReasonCode.INVALID_IDENTITY, field="agent")
@@ -87,6 +88,7 @@ class GovernedMemoryService(BaseMemoryService):
         self.admission = admission or Admission(store)
         self.metering = Metering(meter_provider)
         self._tasks: dict[asyncio.Task[Any], str] = {}
+        self.recalled = Recalled()  # this process's in-flight invocations only; never persisted
         check_adk_span_content(span_content)  # "warn" | "refuse" | "ignore"
 
     # -- the request path -----------------------------------------------------------------
@@ -140,45 +142,71 @@ class GovernedMemoryService(BaseMemoryService):
 
     async def _admit(self, who: Admitted, operation: Operation, *, units: int,
                      explicit: bool = False) -> bool:
+        return await self._admit_reason(who, operation, units=units, explicit=explicit) is None
+
+    async def _admit_reason(self, who: Admitted, operation: Operation, *, units: int,
+                            explicit: bool = False) -> ReasonCode | None:
         try:
             await self.admission.admit(who.key, who.generation, units=units, explicit=explicit)
         except GovernanceError as exc:
             self.metering.count(operation, exc.reason)
-            return False
-        return True
+            return exc.reason
+        return None
 
     async def _embed(self, texts: list[str], operation: Operation) -> list[list[float]] | None:
+        """Any failure of the embedder — the ``Embedder`` protocol is public, so it may raise
+        anything, with the text in its message — becomes ``embedding_failed``: counted, logged
+        by type only, never raised into the chat."""
+        reason: ReasonCode | None = None
+        failed_type = ""
+        vectors: Any = None
         try:
             vectors = await self.embedder.embed(texts)
         except GovernanceError as exc:
-            self.metering.count(operation, exc.reason)
+            reason = exc.reason
+        except Exception as exc:  # noqa: BLE001 - the text of exc must not travel on
+            reason, failed_type = ReasonCode.EMBEDDING_FAILED, type(exc).__name__
+        if reason is None and (not isinstance(vectors, list) or len(vectors) != len(texts)):
+            reason = ReasonCode.EMBEDDING_FAILED
+        if reason is not None:
+            self.metering.count(operation, reason)
+            if failed_type:
+                _log.warning("embedding failed reason=%s error=%s", reason.value,
+                             _type_name(failed_type))
             return None
         self.metering.embedded(len(texts))
         return vectors
 
     # -- retrieval --------------------------------------------------------------------------
 
-    @traced(Operation.RETRIEVE)
     async def retrieve(self, query: str, *, explicit: bool = True) -> list[MemoryRecord] | None:
         """Fenced search for this request; ``None`` when memory is absent or refused."""
-        who = await self.admitted()
-        if who is None:
-            return None
+        hits = await self.recall(query, explicit=explicit)
+        return hits if isinstance(hits, list) else None
+
+    @traced(Operation.RETRIEVE)
+    async def recall(self, query: str, *, explicit: bool = True
+                     ) -> list[MemoryRecord] | ReasonCode:
+        """Like ``retrieve``, but says why there is no memory (a content-free code)."""
+        who = await self.resolve()
+        if not isinstance(who, Admitted):
+            return who
         query = _bounded_query(query, self.store.policy.prefetch_subquery_max_bytes)
         if not query:
             self.metering.count(Operation.RETRIEVE, ReasonCode.INVALID_TEXT)
-            return None
-        if not await self._admit(who, Operation.RETRIEVE, units=2, explicit=explicit):
-            return None
+            return ReasonCode.INVALID_TEXT
+        refused = await self._admit_reason(who, Operation.RETRIEVE, units=2, explicit=explicit)
+        if refused is not None:
+            return refused
         vectors = await self._embed([query], Operation.RETRIEVE)
         if vectors is None:
-            return None
+            return ReasonCode.EMBEDDING_FAILED
         try:
             hits = await self.store.search(who.key, who.generation, vectors[0],
                                            limit=self.store.policy.search_limit)
         except GovernanceError as exc:
             self.metering.count(Operation.RETRIEVE, exc.reason)
-            return None
+            return exc.reason
         self.metering.count(Operation.RETRIEVE)
         return hits
 
@@ -281,6 +309,7 @@ class GovernedMemoryService(BaseMemoryService):
         task = asyncio.get_running_loop().create_task(self.autosave(who, lines))
         self._tasks[task] = who.key.opaque_id
         task.add_done_callback(self._tasks.pop)  # type: ignore[arg-type]
+        task.add_done_callback(_retrieve_outcome)
         return task
 
     async def drain(self) -> None:
@@ -317,25 +346,25 @@ class GovernedMemoryService(BaseMemoryService):
         await self.save_facts([f for f in facts if f], explicit=True)
 
     async def add_session_to_memory(self, session: Session) -> None:
-        """ADK's generic hook (``ctx.add_session_to_memory()``): summarises only the turn in
-        flight — never the whole session, never turns from before this request (C6)."""
-        who = await self.admitted()
-        if who is None:
-            return
-        lines = [event_line(e) for e in current_turn_events(session)]
-        if lines:
-            self.schedule_autosave(who, lines)
+        """ADK's generic hook (``ctx.add_session_to_memory()``) saves nothing: auto-save runs
+        only through the governed callbacks of ``configure_governed_memory``, which know which
+        turns started under the current consent and enforce one save per five user turns (A2,
+        C6).  Calling it is counted with a reason and logged, content-free."""
+        del session
+        self._hook_refused("add_session_to_memory")
 
     async def add_events_to_memory(self, *, app_name: str, user_id: str, events: Sequence[Event],
                                    session_id: str | None = None,
                                    custom_metadata: Mapping[str, object] | None = None) -> None:
-        del app_name, user_id, session_id, custom_metadata
-        who = await self.admitted()
-        if who is None:
-            return
-        lines = [line for line in (event_line(e) for e in events) if line]
-        if lines:
-            await self.autosave(who, lines)
+        """Saves nothing, like ``add_session_to_memory``: events handed in from outside carry
+        no proof of the consent they were written under."""
+        del app_name, user_id, events, session_id, custom_metadata
+        self._hook_refused("add_events_to_memory")
+
+    def _hook_refused(self, hook: str) -> None:
+        self.metering.count(Operation.SUMMARISE, ReasonCode.AUTOSAVE_CALLBACK_ONLY)
+        _log.info("autosave refused reason=%s hook=%s",
+                  ReasonCode.AUTOSAVE_CALLBACK_ONLY.value, hook)
 
     @traced(Operation.DELETE)
     async def delete_memory(self, *, app_name: str, user_id: str,
@@ -350,6 +379,20 @@ class GovernedMemoryService(BaseMemoryService):
             self.metering.count(Operation.DELETE, exc.reason)
             return
         self.metering.count(Operation.DELETE)
+
+
+def _retrieve_outcome(task: asyncio.Task[Any]) -> None:
+    """Every background task's exception is retrieved here (so asyncio never reports it, with
+    its text, as 'never retrieved') and logged by type only."""
+    if task.cancelled():
+        return
+    exc = task.exception()
+    if exc is not None:
+        _log.warning("autosave failed error=%s", _type_name(type(exc).__name__))
+
+
+def _type_name(name: str) -> str:
+    return name if name.isidentifier() and len(name) <= 64 else "Exception"
 
 
 def _entry(record: MemoryRecord) -> MemoryEntry:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from google.adk.tools.base_tool import BaseTool
 from google.genai import types
 
-from .callbacks import make_autosave_callback
+from .callbacks import make_autosave_callback, make_turn_start_callback
 
 if TYPE_CHECKING:
     from google.adk.models.llm_request import LlmRequest
@@ -62,10 +62,23 @@ class GovernedLoadMemoryTool(BaseTool):
             parameters=_string_param("query", "What to look for."))
 
     async def run_async(self, *, args: dict[str, Any], tool_context: ToolContext) -> Any:
-        hits = await self._service.retrieve(args.get("query"), explicit=True)
-        if hits is None:
-            return {"status": "unavailable"}
-        return {"status": "ok", "memories": [_public(h) for h in hits]}
+        """Inject, don't persist: the tool *response* becomes a session event that the session
+        store keeps, so it carries only a count and opaque ids; the recalled text reaches the
+        model through this invocation's LLM requests (``process_llm_request``) and nowhere
+        else, so a later ``forget`` or withdrawal leaves no copy in the chat session."""
+        hits = await self._service.recall(args.get("query"), explicit=True)
+        if not isinstance(hits, list):
+            return {"status": "unavailable", "reason": hits.value}
+        self._service.recalled.put(tool_context.invocation_id, hits)
+        return {"status": "ok", "count": len(hits), "ids": [h.id for h in hits],
+                "note": "the recalled facts are in your instructions for this turn"}
+
+    async def process_llm_request(self, *, tool_context: ToolContext,
+                                  llm_request: LlmRequest) -> None:
+        await super().process_llm_request(tool_context=tool_context, llm_request=llm_request)
+        records = self._service.recalled.get(tool_context.invocation_id)
+        if records:
+            llm_request.append_instructions([render_memories(records)])
 
 
 class GovernedSaveMemoryTool(BaseTool):
@@ -127,8 +140,6 @@ def render_memories(records: list[MemoryRecord]) -> str:
     )
 
 
-def _public(record: MemoryRecord) -> dict[str, str]:
-    return {"id": record.id, "text": record.text, "created_at": record.created_at.isoformat()}
 
 
 def configure_governed_memory(agent: Any, service: GovernedMemoryService, *,
@@ -145,6 +156,10 @@ def configure_governed_memory(agent: Any, service: GovernedMemoryService, *,
         callbacks = [callbacks]
     callbacks = [c for c in callbacks if _name(c) not in _REPLACED_CALLBACKS]
     agent.after_agent_callback = [*callbacks, make_autosave_callback(service)]
+    before = agent.before_agent_callback
+    before = [] if before is None else before if isinstance(before, list) else [before]
+    before = [c for c in before if _name(c) != "governed_turn_start_callback"]
+    agent.before_agent_callback = [*before, make_turn_start_callback(service)]
     if instruction and isinstance(agent.instruction, str) and INSTRUCTION not in agent.instruction:
         agent.instruction = agent.instruction + INSTRUCTION
     return agent

@@ -1,0 +1,154 @@
+"""Smaller breaks found end to end: a forged cursor, a withdrawal during an outage, the room
+check's agent, a typo in ``span_content``, an embedder that raises anything, and asyncio's
+'never retrieved' report."""
+
+from __future__ import annotations
+
+import base64
+import logging
+import secrets
+import uuid
+
+import pytest
+from adk_support import build, save_plan
+from conftest import make_key, physical_rows, save
+from test_controls import AGENTS, ALICE, OK, ROOM
+
+from kagent_governed_memory import (
+    AgentIdentity,
+    ErasureFailed,
+    InvalidInput,
+    ReasonCode,
+    install_content_free_logging,
+)
+from kagent_governed_memory.adk import GovernedMemoryService
+from kagent_governed_memory.controls import ErasureReply, MemoryControls, Notice
+from kagent_governed_memory.embedding import HashingEmbedder
+from kagent_governed_memory.store import _CURSOR, _cursor_tag
+
+PURPOSE = "personal_preferences"
+
+
+async def test_a_forged_cursor_with_a_valid_tag_is_invalid_cursor(store):
+    """The cursor's tag is keyed with the scope's public opaque id, so anyone can forge one:
+    an out-of-range position is ``invalid_cursor``, not an OverflowError."""
+    key = make_key()
+    await store.grant(key, purpose=PURPOSE)
+    payload = _CURSOR.pack(1, 2**62, uuid.uuid4().bytes)
+    cursor = base64.urlsafe_b64encode(payload + _cursor_tag(key, payload)).decode().rstrip("=")
+    with pytest.raises(InvalidInput) as err:
+        await store.inspect(key, cursor=cursor)
+    assert err.value.reason is ReasonCode.INVALID_CURSOR
+    controls = MemoryControls(store, agents=AGENTS, secret=b"c" * 32)
+    reply = await controls.handle(f"!memory inspect my-agent {cursor}", sender=ALICE,
+                                  subject=ALICE, room_id=ROOM, room_check=lambda: OK)
+    assert reply == Notice(reason=ReasonCode.INVALID_CURSOR)
+
+
+class _Outage:
+    """The store as seen during a database outage: the withdrawal's disable cannot commit."""
+
+    def __init__(self, store) -> None:
+        self._store, self.down = store, True
+
+    def __getattr__(self, name):
+        return getattr(self._store, name)
+
+    async def withdraw(self, key):
+        if self.down:
+            raise ErasureFailed(ReasonCode.ERASURE_FAILED, scope_id=key.opaque_id, step="disable")
+        return await self._store.withdraw(key)
+
+
+async def test_a_withdraw_that_changed_nothing_keeps_its_confirmation(store, database):
+    key = make_key()
+    await store.grant(key, purpose=PURPOSE)
+    await save(store, key, "fact")
+    flaky = _Outage(store)
+    controls = MemoryControls(flaky, agents=AGENTS, secret=b"c" * 32)  # type: ignore[arg-type]
+
+    async def run(text):
+        return await controls.handle(text, sender=ALICE, subject=ALICE, room_id=ROOM,
+                                     room_check=lambda: OK)
+
+    ask = await run("!memory off my-agent")
+    failed = await run(f"!memory off my-agent {ask.token}")
+    assert failed == Notice(reason=ReasonCode.ERASURE_FAILED)  # an honest, content-free reply
+    flaky.down = False
+    done = await run(f"!memory off my-agent {ask.token}")  # the same confirmation still works
+    assert isinstance(done, ErasureReply) and done.receipt.verified
+    assert physical_rows(database, key) == 0
+    again = await run(f"!memory off my-agent {ask.token}")  # ... once
+    assert again == Notice(reason=ReasonCode.CONFIRMATION_INVALID)
+
+
+async def test_the_room_check_is_told_the_commands_agent(store):
+    key = make_key()
+    await store.grant(key, purpose=PURPOSE)
+    seen: list[AgentIdentity] = []
+
+    async def check(agent: AgentIdentity):
+        seen.append(agent)
+        return OK
+
+    controls = MemoryControls(store, agents=AGENTS, secret=b"c" * 32)
+    await controls.handle("!memory inspect other", sender=ALICE, subject=ALICE, room_id=ROOM,
+                          room_check=check)
+    assert seen == [AGENTS["other"], AGENTS["other"]]  # at admission and before the content
+
+
+async def test_a_typo_in_span_content_is_refused(store):
+    with pytest.raises(InvalidInput):
+        GovernedMemoryService(store, agent=AGENTS["my-agent"], embedder=HashingEmbedder(),
+                              span_content="refuze")  # type: ignore[arg-type]
+
+
+class _RaisingEmbedder(HashingEmbedder):
+    def __init__(self, marker: str) -> None:
+        super().__init__()
+        self.marker = marker
+
+    async def embed(self, texts):
+        raise RuntimeError(f'tokenizer failed on input ["{self.marker} {texts}"]')
+
+
+async def test_an_embedder_raising_anything_never_reaches_the_chat(store, database, caplog):
+    key = make_key()
+    await store.grant(key, purpose=PURPOSE)
+    marker = "SENTINEL-" + secrets.token_hex(8)
+    h = build(store, plan=save_plan, embedder=_RaisingEmbedder(marker),
+              summaries=['["likes tea"]'])
+    caplog.set_level(logging.DEBUG)
+    out = await h.turn(f"recall: {marker}", key=key)
+    assert any('"embedding_failed"' in t for t in out), out  # the chat answered, with a reason
+    out = await h.turn(f"remember: {marker} likes tea", key=key)
+    assert any("embedding_failed" in t for t in out), out
+    for i in range(5):  # a background auto-save whose embedder raises
+        await h.turn(f"turn {i}", key=key)
+    await h.service.drain()
+    assert physical_rows(database, key) == 0
+    assert marker not in caplog.text
+
+
+def test_asyncio_never_retrieved_reports_are_content_free():
+    marker = "SENTINEL-" + secrets.token_hex(8)
+    records: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            records.append(self.format(record))
+
+    handler = Keep()
+    root = logging.getLogger()
+    root.addHandler(handler)
+    sanitizer = install_content_free_logging()
+    try:
+        try:
+            raise RuntimeError(f"tokenizer failed on input [{marker}]")
+        except RuntimeError as exc:
+            logging.getLogger("asyncio").error("Task exception was never retrieved\nfuture: %r",
+                                               marker, exc_info=exc)
+    finally:
+        sanitizer.remove()
+        root.removeHandler(handler)
+    assert records and not any(marker in r for r in records)
