@@ -253,7 +253,7 @@ async def test_budget_exhausted_still_answers_the_chat(store, database):
     g = (await store.grant(key, purpose=PURPOSE)).generation
     await admission.admit(key, g, units=59)
     out = await h.turn("recall: tea", key=key)  # needs 2 units: refused before embedding
-    assert tool_result(out) == {"status": "unavailable"}
+    assert tool_result(out) == {"status": "unavailable", "reason": "budget_exhausted"}
     assert h.embedder.calls == 0
 
 
