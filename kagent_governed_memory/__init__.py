@@ -35,6 +35,7 @@ from .errors import (
 )
 from .identity import AgentIdentity, MemoryScope, OriginKind, Principal, ScopeKey, ScopeKind
 from .migrations import SERVICE_ROLE, migrate
+from .otel_logs import ContentFreeLogRecordProcessor
 from .models import (
     ConsentReceipt,
     ErasureReceipt,
@@ -79,6 +80,7 @@ __all__ = [
     "ConsentConflict",
     "ConsentReceipt",
     "ConsentRequired",
+    "ContentFreeLogRecordProcessor",
     "ContentFreeSpanProcessor",
     "ControlRoomCheck",
     "ControlRoomState",

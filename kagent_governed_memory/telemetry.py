@@ -226,8 +226,12 @@ def _is_memory_span(span: Any) -> bool:
     return any(k.startswith(_CONTENT_KEY_PREFIXES) for k in keys)
 
 
-def _allowed(attributes: Any) -> dict[str, Any]:
+def allowed_attributes(attributes: Any) -> dict[str, Any]:
+    """The attributes of a memory-related span or log record that carry no content."""
     return {k: v for k, v in (attributes or {}).items() if k in _ALLOWED_ATTRIBUTES}
+
+
+_allowed = allowed_attributes
 
 
 class ContentFreeSpanProcessor:
