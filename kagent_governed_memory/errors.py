@@ -139,8 +139,10 @@ _DEFAULT_HINT: dict[ReasonCode, str] = {
     "NOLOGIN, then migrate again",
     ReasonCode.LOCAL_SERVER_MISMATCH: "the database is configured for another local homeserver; "
     "pass the same local_server as every other store of this database",
-    ReasonCode.SPAN_CONTENT_CAPTURE: "google-adk captures message content in spans; set "
-    "ADK_CAPTURE_MESSAGE_CONTENT_IN_SPANS=false",
+    ReasonCode.SPAN_CONTENT_CAPTURE: "google-adk captures message content in spans or logs; set "
+    "ADK_CAPTURE_MESSAGE_CONTENT_IN_SPANS=false and leave "
+    "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT unset, or wrap every exporter in "
+    "ContentFreeSpanProcessor / ContentFreeLogRecordProcessor and pass span_content='warn'",
     ReasonCode.ASSERTION_EXPIRED: "the scope assertion has expired; the bridge must sign a new one",
     ReasonCode.ASSERTION_INVALID: "the scope assertion is malformed or its signature is wrong",
 }

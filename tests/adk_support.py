@@ -162,12 +162,13 @@ class Harness:
 
 def build(store: GovernedMemoryStore, *, plan: ToolPlan | None = None,
           summaries: list[Any] | None = None, agent: AgentIdentity = AGENT,
-          admission=None, embedder=None, before_tool=None, session_service=None) -> Harness:
+          admission=None, embedder=None, before_tool=None, session_service=None,
+          span_content="refuse") -> Harness:
     model = ScriptedLlm(plan=plan, summaries=summaries or [])
     embedder = embedder or CountingEmbedder()
     reader = InMemoryMetricReader()
     service = GovernedMemoryService(store, agent=agent, embedder=embedder, summariser=model,
-                                    admission=admission,
+                                    admission=admission, span_content=span_content,
                                     meter_provider=MeterProvider(metric_readers=[reader]))
     llm_agent = LlmAgent(name="assistant", model=model, instruction="You help the user.",
                          before_tool_callback=before_tool)

@@ -10,6 +10,7 @@ clock, injecting faults, killing backends).
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
@@ -39,6 +40,9 @@ from kagent_governed_memory.embedding import HashingEmbedder
 from kagent_governed_memory.policy import PROTOTYPE_POLICY
 
 LOCAL = "example.org"
+# The deployment setting the library asks for (GovernedMemoryService refuses to start while
+# google-adk captures content); tests that need capture on set it themselves.
+os.environ.setdefault("ADK_CAPTURE_MESSAGE_CONTENT_IN_SPANS", "false")
 
 
 def _template(host: str, port: int, user: str, dbname: str, password: str | None = None,

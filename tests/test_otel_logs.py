@@ -64,7 +64,7 @@ async def _run(store, mode: str, monkeypatch, *, sanitize: bool) -> tuple[str, i
         mark = "SENTINEL-" + secrets.token_hex(8)
         fact = f"{mark} tea with oat milk in the morning please"
         await store.save(key, g, facts=[fact], embeddings=[vec(fact)])
-        h = build(store)
+        h = build(store, span_content="warn")  # capture is on here on purpose
         await h.turn(fact, key=key)  # a new session: prefetch puts the fact in the instruction
         assert any(mark in str(r.config.system_instruction) for r in h.model.requests), \
             "the fact did not reach the model: nothing for the logs to leak"

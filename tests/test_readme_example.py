@@ -18,7 +18,8 @@ async def test_readme_adk_example_runs(database, tmp_path):
     [example] = [b for b in blocks if "configure_governed_memory(agent, memory)" in b]
     script = tmp_path / "example.py"
     script.write_text(example)
-    env = {k: v for k, v in os.environ.items()} | {"KGM_DSN": database.dsn}
+    env = {k: v for k, v in os.environ.items()
+           if k != "ADK_CAPTURE_MESSAGE_CONTENT_IN_SPANS"} | {"KGM_DSN": database.dsn}
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
                           timeout=120, env=env, check=False)
     assert done.returncode == 0, done.stderr[-3000:]

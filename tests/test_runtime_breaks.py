@@ -103,6 +103,22 @@ async def test_a_typo_in_span_content_is_refused(store):
                               span_content="refuze")  # type: ignore[arg-type]
 
 
+async def test_span_content_capture_fails_closed_by_default(store, monkeypatch):
+    from kagent_governed_memory import GovernanceError
+
+    monkeypatch.setenv("ADK_CAPTURE_MESSAGE_CONTENT_IN_SPANS", "true")
+    with pytest.raises(GovernanceError) as err:
+        GovernedMemoryService(store, agent=AGENTS["my-agent"], embedder=HashingEmbedder())
+    assert err.value.reason is ReasonCode.SPAN_CONTENT_CAPTURE
+    assert "ADK_CAPTURE_MESSAGE_CONTENT_IN_SPANS=false" in str(err.value)
+    monkeypatch.setenv("ADK_CAPTURE_MESSAGE_CONTENT_IN_SPANS", "false")
+    monkeypatch.setenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "EVENT_ONLY")
+    with pytest.raises(GovernanceError):
+        GovernedMemoryService(store, agent=AGENTS["my-agent"], embedder=HashingEmbedder())
+    monkeypatch.delenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT")
+    GovernedMemoryService(store, agent=AGENTS["my-agent"], embedder=HashingEmbedder())
+
+
 class _RaisingEmbedder(HashingEmbedder):
     def __init__(self, marker: str) -> None:
         super().__init__()

@@ -177,7 +177,7 @@ async def _run_flow(store, database, provider_url, sentinels, *, sanitized: bool
     raised: list[BaseException] = []
     roomy = MemoryPolicy(version="sentinel-run", explicit_burst=20, explicit_ops_per_minute=60)
     h = build(store, plan=save_plan, embedder=embedder, before_tool=kagent_style_logging,
-              admission=Admission(store, roomy),
+              admission=Admission(store, roomy), span_content="warn",  # capture forced on
               summaries=[f"Sure! Facts: {s['summary']}", RuntimeError(f"model said {s['model']}")])
     key = make_key()
     try:

@@ -75,7 +75,7 @@ class GovernedMemoryService(BaseMemoryService):
         summariser: BaseLlm | None = None,
         admission: Admission | None = None,
         meter_provider: MeterProvider | None = None,
-        span_content: SpanContentMode = "warn",
+        span_content: SpanContentMode = "refuse",
     ) -> None:
         if not isinstance(agent, AgentIdentity):
             raise InvalidInput(ReasonCode.INVALID_IDENTITY, field="agent")
@@ -89,7 +89,10 @@ class GovernedMemoryService(BaseMemoryService):
         self.metering = Metering(meter_provider)
         self._tasks: dict[asyncio.Task[Any], str] = {}
         self.recalled = Recalled()  # this process's in-flight invocations only; never persisted
-        check_adk_span_content(span_content)  # "warn" | "refuse" | "ignore"
+        # Fail closed: google-adk writes tool results (recalled facts) into spans unless told
+        # not to.  "warn" when ContentFreeSpanProcessor/ContentFreeLogRecordProcessor guard
+        # every exporter; "ignore" only when nothing exports telemetry at all.
+        check_adk_span_content(span_content)
 
     # -- the request path -----------------------------------------------------------------
 
