@@ -15,7 +15,7 @@ from .control_room import (
     check_control_room,
     check_control_room_events,
 )
-from .controls import MemoryControls, parse_memory_command
+from .controls import MemoryControls, parse_memory_command, recheck_before_send
 from .embedding import Embedder, HashingEmbedder, OpenAICompatibleEmbedder
 from .errors import (
     AdmissionDenied,
@@ -124,6 +124,7 @@ __all__ = [
     "memory_request",
     "migrate",
     "parse_memory_command",
+    "recheck_before_send",
     "sign_scope_assertion",
     "verify_scope_assertion",
 ]

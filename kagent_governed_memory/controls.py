@@ -26,11 +26,12 @@ from pydantic import BaseModel, ConfigDict
 from .control_room import ControlRoomCheck
 from .errors import GovernanceError, InvalidInput, ReasonCode, StoreUnavailable
 from .identity import AgentIdentity, MemoryScope, Principal, ScopeKey
-from .models import ErasureReceipt, ForgetReceipt, MemoryRecord, ScopeStatus
+from .models import ConsentReceipt, ErasureReceipt, ForgetReceipt, MemoryRecord, ScopeStatus
 from .store import GovernedMemoryStore
 
 __all__ = [
     "ConfirmationRequired",
+    "ConsentReply",
     "ErasureReply",
     "ForgetReply",
     "InspectReply",
@@ -39,12 +40,14 @@ __all__ = [
     "Notice",
     "StatusReply",
     "parse_memory_command",
+    "recheck_before_send",
 ]
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
 _MAX_COMMAND = 512
-_WORD = re.compile(r"[A-Za-z0-9._:/=+-]{1,200}")
-Action = Literal["status", "inspect", "forget", "forget_all", "off"]
+_WORD = re.compile(r"[A-Za-z0-9._:/=+-]{1,320}")  # a confirmation token for `on` is ~270
+Action = Literal["status", "inspect", "forget", "forget_all", "off", "on"]
+_PURPOSE = re.compile(r"[a-z][a-z0-9_]{0,63}")
 
 
 class MemoryCommand(BaseModel):
@@ -55,11 +58,13 @@ class MemoryCommand(BaseModel):
     entry_id: str | None = None
     cursor: str | None = None
     token: str | None = None
+    purpose: str | None = None
 
 
 def parse_memory_command(text: object) -> MemoryCommand:
     """``!memory status|inspect <agent> [cursor]|forget <agent> <id>|forget <agent> all
-    [token]|off <agent> [token]``.  Anything else: ``InvalidInput(COMMAND_INVALID)``."""
+    [token]|off <agent> [token]|on <agent> <purpose> [token]``.  Anything else:
+    ``InvalidInput(COMMAND_INVALID)``."""
     words = text.split() if isinstance(text, str) and len(text) <= _MAX_COMMAND else []
     if len(words) < 3 or words[0] != "!memory" or not all(_WORD.fullmatch(w) for w in words[1:]):
         raise InvalidInput(ReasonCode.COMMAND_INVALID)
@@ -76,6 +81,9 @@ def parse_memory_command(text: object) -> MemoryCommand:
                                 token=rest[1] if len(rest) == 2 else None)
     elif verb == "off" and len(rest) <= 1:
         command = MemoryCommand(action="off", agent=agent, token=rest[0] if rest else None)
+    elif verb == "on" and 1 <= len(rest) <= 2 and _PURPOSE.fullmatch(rest[0]):
+        command = MemoryCommand(action="on", agent=agent, purpose=rest[0],
+                                token=rest[1] if len(rest) == 2 else None)
     if command is None:
         raise InvalidInput(ReasonCode.COMMAND_INVALID)
     return command
@@ -120,17 +128,30 @@ class ErasureReply(BaseModel):
     content_bearing: Literal[False] = False
 
 
-class ConfirmationRequired(BaseModel):
-    """Repeat the command with ``token`` before ``expires_at`` to carry it out."""
+class ConsentReply(BaseModel):
+    """``!memory on`` carried out: consent recorded for ``receipt.purpose`` under
+    ``receipt.policy_version``; memory starts empty."""
 
     model_config = _FROZEN
-    action: Literal["forget_all", "off"]
-    token: str
-    expires_at: datetime
+    receipt: ConsentReceipt
     content_bearing: Literal[False] = False
 
 
-MemoryReply = Notice | StatusReply | InspectReply | ForgetReply | ErasureReply | ConfirmationRequired
+class ConfirmationRequired(BaseModel):
+    """Repeat the command with ``token`` before ``expires_at`` to carry it out.  For ``on``,
+    the purpose and the policy version the subject is asked to consent to are shown."""
+
+    model_config = _FROZEN
+    action: Literal["forget_all", "off", "on"]
+    token: str
+    expires_at: datetime
+    purpose: str | None = None
+    policy_version: str | None = None
+    content_bearing: Literal[False] = False
+
+
+MemoryReply = (Notice | StatusReply | InspectReply | ForgetReply | ErasureReply | ConsentReply
+               | ConfirmationRequired)
 # Called with the command's agent (so the bridge can match that agent's ghost in the room); a
 # callable taking no argument is still accepted and called without it.
 RoomCheck = (Callable[[AgentIdentity], Awaitable[ControlRoomCheck] | ControlRoomCheck]
@@ -229,13 +250,17 @@ class MemoryControls:
             return InspectReply(entries=page.entries, next_cursor=page.next_cursor)
         if command.action == "forget":
             return ForgetReply(receipt=await self._store.forget(key, command.entry_id or ""))
-        action: Literal["forget_all", "off"] = command.action  # type: ignore[assignment]
+        action: Literal["forget_all", "off", "on"] = command.action  # type: ignore[assignment]
+        bound = f"{action}:{command.purpose}" if action == "on" else action
         if command.token is None:
-            return self._confirmation(key, action)
-        redeemed = self._redeem(command.token, key, action)
+            return self._confirmation(key, action, bound, command.purpose)
+        redeemed = self._redeem(command.token, key, bound)
         if isinstance(redeemed, ReasonCode):
             return Notice(reason=redeemed)
         try:
+            if action == "on":
+                receipt = await self._store.grant(key, purpose=command.purpose or "")
+                return ConsentReply(receipt=receipt)
             if action == "forget_all":
                 return ErasureReply(action=action, receipt=await self._store.forget_all(key))
             return ErasureReply(action=action, receipt=await self._store.withdraw(key))
@@ -248,13 +273,16 @@ class MemoryControls:
 
     # -- confirmation tokens ----------------------------------------------------------------
 
-    def _confirmation(self, key: ScopeKey, action: str) -> ConfirmationRequired:
+    def _confirmation(self, key: ScopeKey, action: str, bound: str,
+                      purpose: str | None) -> ConfirmationRequired:
         expires = self._clock().replace(microsecond=0) + self._ttl
-        payload = json.dumps({"a": action, "s": key.opaque_id, "n": secrets.token_hex(12),
+        payload = json.dumps({"a": bound, "s": key.opaque_id, "n": secrets.token_hex(12),
                               "e": int(expires.timestamp())}, separators=(",", ":"))
         body = _b64(payload.encode())
         token = f"c1.{body}.{_b64(self._mac(body))}"
-        return ConfirmationRequired(action=action, token=token, expires_at=expires)  # type: ignore[arg-type]
+        version = self._store.policy.version if action == "on" else None
+        return ConfirmationRequired(action=action, token=token, expires_at=expires,  # type: ignore[arg-type]
+                                    purpose=purpose, policy_version=version)
 
     def _redeem(self, token: str, key: ScopeKey, action: str) -> ReasonCode | str:
         """The refusal, or the consumed nonce (released again if the action changes nothing)."""
@@ -283,6 +311,24 @@ class MemoryControls:
 
     def _mac(self, body: str) -> bytes:
         return hmac.new(self._secret, b"kgm-confirm." + body.encode(), hashlib.sha256).digest()
+
+
+async def recheck_before_send(
+    reply: Any, *, agent: AgentIdentity, room_check: RoomCheck,
+    content_bearing: bool | None = None,
+) -> Any:
+    """Call right before sending *or retrying* any reply to the control room (ADR decision 20).
+
+    A reply that carries memory content — an ``InspectReply``, or anything the caller marks
+    ``content_bearing=True``, such as an agent's answer that used recalled memory — is sent only
+    if the room check passes again now; on any drift the content is suppressed and a
+    content-free ``Notice`` is returned in its place.  Content-free replies pass unchanged."""
+    bearing = (content_bearing if content_bearing is not None
+               else bool(getattr(reply, "content_bearing", False)))
+    if not bearing:
+        return reply
+    denied = await _room_denied(room_check, agent)
+    return reply if denied is None else Notice(reason=denied)
 
 
 def _nothing_changed(exc: GovernanceError) -> bool:

@@ -197,3 +197,48 @@ async def test_unknown_agent_and_federated_subject(controls, alice):
 async def test_bad_cursor_is_a_notice(controls, alice):
     reply = await run(controls, "!memory inspect my-agent AAAA", check=checks(OK, OK))
     assert reply == Notice(reason=ReasonCode.INVALID_CURSOR)
+
+
+async def test_consent_is_a_command_with_confirmation_and_the_policy_shown(controls, store,
+                                                                          database):
+    from kagent_governed_memory.controls import ConsentReply
+
+    key = make_key()
+    assert await store.generation(key) is None
+    ask = await run(controls, "!memory on my-agent personal_preferences")
+    assert isinstance(ask, ConfirmationRequired) and ask.action == "on"
+    assert (ask.purpose, ask.policy_version) == ("personal_preferences", store.policy.version)
+    assert await store.generation(key) is None  # nothing before the confirmation
+    # the token is bound to the purpose: it cannot consent to another one
+    other = await run(controls, f"!memory on my-agent marketing {ask.token}")
+    assert other == Notice(reason=ReasonCode.CONFIRMATION_INVALID)
+    done = await run(controls, f"!memory on my-agent personal_preferences {ask.token}")
+    assert isinstance(done, ConsentReply) and done.receipt.policy_version == store.policy.version
+    assert await store.generation(key) == done.receipt.generation
+    denied = await run(controls, "!memory on my-agent personal_preferences",
+                       check=checks(ControlRoomCheck(allowed=False,
+                                                     reason=ReasonCode.ROOM_ENCRYPTED)))
+    assert denied == Notice(reason=ReasonCode.ROOM_ENCRYPTED)
+    with pytest.raises(InvalidInput):
+        parse_memory_command("!memory on my-agent Not-A-Purpose")
+
+
+async def test_every_content_bearing_reply_is_rechecked_right_before_sending(controls, alice):
+    from kagent_governed_memory import recheck_before_send
+
+    drift = ControlRoomCheck(allowed=False, reason=ReasonCode.MEMBERS_MISMATCH)
+    page = await run(controls, "!memory inspect my-agent")
+    assert isinstance(page, InspectReply) and page.entries
+    agent = AGENTS["my-agent"]
+    check = checks(OK, drift)
+    assert await recheck_before_send(page, agent=agent, room_check=check) is page  # first send
+    retried = await recheck_before_send(page, agent=agent, room_check=check)  # retry, drifted
+    assert retried == Notice(reason=ReasonCode.MEMBERS_MISMATCH)
+    answer = "You told me you prefer alice fact 3."  # an agent reply that used recalled memory
+    assert await recheck_before_send(answer, agent=agent, room_check=checks(drift),
+                                     content_bearing=True) == Notice(
+        reason=ReasonCode.MEMBERS_MISMATCH)
+    status = StatusReply(status=(await run(controls, "!memory status my-agent")).status)
+    never = checks(drift)
+    assert await recheck_before_send(status, agent=agent, room_check=never) is status
+    assert never.calls == []  # content-free replies need no re-check
