@@ -11,7 +11,7 @@ import math
 import re
 from collections.abc import Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING, Protocol, Self, runtime_checkable
+from typing import TYPE_CHECKING, Literal, Protocol, Self, runtime_checkable
 
 from .errors import InvalidInput, ProviderError, ReasonCode
 
@@ -63,20 +63,23 @@ class HashingEmbedder:
 class OpenAICompatibleEmbedder:
     """Embeds through an OpenAI-compatible ``POST /v1/embeddings`` endpoint, fail-closed.
 
-    Vectors are fitted to 768 dimensions as kagent's ``KAgentEmbedding`` does (longer: truncate,
-    then L2-renormalise; shorter: refuse the whole batch), so rows stay comparable with upstream.
+    ``dimension`` is what the model produces (set ``MemoryPolicy.embedding_dimension`` to the
+    same): a vector of any other length refuses the whole batch, so no model is truncated to a
+    size it was not trained for.  ``fit="truncate"`` is kagent's ``KAgentEmbedding`` rule for
+    768-d compatibility with upstream rows (longer: truncate, then L2-renormalise; shorter:
+    refuse).
     Unlike kagent, a failure raises instead of returning ``[]``, and every failure is one
     content-free ``ProviderError`` (reason and HTTP status only): texts, response bodies and
     transport messages never reach the error, its chain or a log record (B6).
     """
-
-    dimension: int = 768
 
     def __init__(
         self,
         base_url: str,
         model: str,
         *,
+        dimension: int = 768,
+        fit: Literal["exact", "truncate"] = "exact",
         api_key: str | None = None,
         timeout: float = 10.0,
         client: httpx.AsyncClient | None = None,
@@ -90,6 +93,13 @@ class OpenAICompatibleEmbedder:
             raise InvalidInput(ReasonCode.INVALID_ARGUMENT, field="model")
         if not isinstance(max_batch, int) or isinstance(max_batch, bool) or max_batch < 1:
             raise InvalidInput(ReasonCode.INVALID_ARGUMENT, field="max_batch")
+        if (not isinstance(dimension, int) or isinstance(dimension, bool)
+                or not 1 <= dimension <= 16_000):
+            raise InvalidInput(ReasonCode.INVALID_ARGUMENT, field="dimension")
+        if fit not in ("exact", "truncate"):
+            raise InvalidInput(ReasonCode.INVALID_ARGUMENT, field="fit")
+        self.dimension = dimension
+        self._truncate = fit == "truncate"
         root = base_url.rstrip("/")
         self._url = root + ("/embeddings" if root.endswith("/v1") else "/v1/embeddings")
         self._model = model
@@ -127,7 +137,7 @@ class OpenAICompatibleEmbedder:
             )
             status = response.status_code
             if response.is_success:
-                vectors = _parse(response.content, len(batch), self.dimension)
+                vectors = _parse(response.content, len(batch), self.dimension, self._truncate)
         except Exception:  # noqa: BLE001 - fail closed; any message may echo the body or texts
             vectors = None
         if vectors is None:
@@ -157,7 +167,8 @@ class OpenAICompatibleEmbedder:
         await self.aclose()
 
 
-def _parse(body: bytes, count: int, dimension: int) -> list[list[float]] | None:
+def _parse(body: bytes, count: int, dimension: int, truncate: bool
+           ) -> list[list[float]] | None:
     """``data[*].embedding`` ordered by ``index``, exactly one per input, each fitted; else None."""
     payload = json.loads(body)
     data = payload.get("data") if isinstance(payload, dict) else None
@@ -171,16 +182,19 @@ def _parse(body: bytes, count: int, dimension: int) -> list[list[float]] | None:
         by_index[index] = item.get("embedding")
     vectors: list[list[float]] = []
     for i in range(count):  # count distinct indices in range(count): every one is present
-        vec = _fit(by_index[i], dimension)
+        vec = _fit(by_index[i], dimension, truncate)
         if vec is None:
             return None
         vectors.append(vec)
     return vectors
 
 
-def _fit(raw: object, dimension: int) -> list[float] | None:
-    """Validate one vector and fit it to ``dimension`` (kagent's rule); None if unusable."""
+def _fit(raw: object, dimension: int, truncate: bool) -> list[float] | None:
+    """Validate one vector: exactly ``dimension`` numbers, or (``truncate``, kagent's rule) at
+    least that many, cut and renormalised; None if unusable."""
     if not isinstance(raw, list) or len(raw) < dimension:
+        return None
+    if len(raw) > dimension and not truncate:
         return None
     if any(isinstance(v, bool) or not isinstance(v, int | float) for v in raw):
         return None

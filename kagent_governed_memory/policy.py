@@ -36,6 +36,9 @@ class MemoryPolicy(BaseModel):
     summariser_input_max_bytes: int = 16 * 1024
     summariser_max_facts: int = 10
     search_limit: int = 5
+    # The dimension of the deployment's embedder, recorded with each consent: vectors of any
+    # other length are refused by the database.  768 is kagent-compatible; BGE-M3 gives 1024.
+    embedding_dimension: int = 768
 
     @model_validator(mode="after")
     def _bounds(self) -> MemoryPolicy:
@@ -46,6 +49,7 @@ class MemoryPolicy(BaseModel):
             and 1 <= self.entry_cap <= 10_000
             and 1 <= self.fact_max_bytes <= 8192
             and 1 <= self.search_limit <= 50
+            and 1 <= self.embedding_dimension <= 16_000
             and all(
                 v >= 1
                 for v in (

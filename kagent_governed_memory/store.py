@@ -59,7 +59,7 @@ __all__ = ["EMBEDDING_DIMENSION", "MAX_PAGE_SIZE", "MAX_SEARCH_LIMIT", "Governed
 
 _log = logging.getLogger("kagent_governed_memory.store")
 
-EMBEDDING_DIMENSION = 768
+EMBEDDING_DIMENSION = 768  # the default policy's (kagent-compatible); see MemoryPolicy
 MAX_PAGE_SIZE = 50
 MAX_SEARCH_LIMIT = 50
 _PURPOSE = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
@@ -238,7 +238,7 @@ class GovernedMemoryStore:
             "grant",
             "GrantMemoryScope",
             [*_key(key), purpose, p.version, p.max_ttl, p.entry_cap, p.fact_max_bytes,
-             p.consent_max_age],
+             p.consent_max_age, p.embedding_dimension],
         )
         assert row is not None
         return ConsentReceipt(
@@ -276,7 +276,7 @@ class GovernedMemoryStore:
             raise InvalidInput(ReasonCode.INVALID_ARGUMENT, field="facts")
         for fact in facts:
             _check_fact(fact, self.policy.fact_max_bytes)
-        vectors = [_vector(e) for e in embeddings]
+        vectors = [_vector(e, self.policy.embedding_dimension) for e in embeddings]
         rows = await self._all(
             "save", "SaveMemoryEntries",
             [*_key(key), gen, self.policy.version, list(facts), vectors]
@@ -291,7 +291,7 @@ class GovernedMemoryStore:
         gen = _generation(generation)
         if not isinstance(limit, int) or isinstance(limit, bool) or not 0 < limit <= MAX_SEARCH_LIMIT:
             raise InvalidInput(ReasonCode.INVALID_LIMIT)
-        vec = _vector(embedding)
+        vec = _vector(embedding, self.policy.embedding_dimension)
         rows = await self._all("search", "SearchMemoryEntries",
                                [*_key(key), gen, self.policy.version, vec, limit])
         return [
@@ -581,12 +581,13 @@ def _check_fact(fact: object, max_bytes: int) -> None:
         raise FactTooLarge(ReasonCode.FACT_TOO_LARGE)
 
 
-def _floats(values: object) -> list[float] | None:
-    """768 finite numbers, or None.  Converted and summed in C: this check is on every search's
-    path; the per-value scan only runs when the sum is not finite (NaN, inf, or an overflow)."""
+def _floats(values: object, dimension: int) -> list[float] | None:
+    """``dimension`` finite numbers, or None.  Converted and summed in C: this check is on every
+    search's path; the per-value scan only runs when the sum is not finite (NaN, inf, or an
+    overflow)."""
     if isinstance(values, str | bytes) or not hasattr(values, "__len__"):
         return None
-    if len(values) != EMBEDDING_DIMENSION:  # type: ignore[arg-type]
+    if len(values) != dimension:  # type: ignore[arg-type]
         return None
     try:
         numbers = array("d", values)  # type: ignore[arg-type]
@@ -597,8 +598,8 @@ def _floats(values: object) -> list[float] | None:
     return numbers.tolist()
 
 
-def _vector(values: object) -> Vector:
-    floats = _floats(values)
+def _vector(values: object, dimension: int = EMBEDDING_DIMENSION) -> Vector:
+    floats = _floats(values, dimension)
     if floats is None:
         raise InvalidInput(ReasonCode.INVALID_EMBEDDING)
     return Vector(floats)

@@ -352,7 +352,7 @@ async def test_admission_checks_the_fence_and_consumes_nothing_when_refused(stor
 async def test_remote_principal_refused_by_the_database(store, database):
     with app(database) as conn:
         grant = ("SELECT * FROM memory_grant(%s,'native_local','kagent','a','control_room',%s,"
-                 "'personal_preferences',%s,'7 days',100,512,'90 days')")
+                 "'personal_preferences',%s,'7 days',100,512,'90 days',768)")
         assert refused(conn, grant, ["@mallory:evil.example", "!room:example.org", VERSION]
                        ) == "KGD02"
         assert refused(conn, grant, ["@alice:example.org", "!room:evil.example", VERSION]
@@ -372,7 +372,7 @@ async def test_unconfigured_store_grants_nobody(database):
     with app(database) as conn:
         assert refused(conn, "SELECT * FROM memory_grant('@a:example.org','native_local',"
                              "'kagent','a','control_room','!r:example.org','p',%s,'7 days',"
-                             "100,512,'90 days')", [VERSION]) == "KGD02"
+                             "100,512,'90 days',768)", [VERSION]) == "KGD02"
 
 
 # -- 8. roles: the application may not hold the trust root ------------------------------------
@@ -418,7 +418,7 @@ async def test_grant_racing_an_offboarding_is_not_missed(store, database):
     with app(database) as conn:
         conn.execute("BEGIN")
         conn.execute("SELECT * FROM memory_grant(%s,%s,%s,%s,%s,%s,%s,%s,'7 days',100,512,"
-                     "'90 days')", [*_key_args(key), PURPOSE, VERSION])
+                     "'90 days',768)", [*_key_args(key), PURPOSE, VERSION])
         offboarding = asyncio.create_task(store.offboard(principal))
         await asyncio.sleep(0.3)
         assert not offboarding.done()  # waits for the grant in flight

@@ -155,8 +155,13 @@ async def test_longer_vectors_are_truncated_and_renormalised(provider: Provider)
     raw = [[rng.gauss(0.0, 1.0) for _ in range(1024)] for _ in range(2)]
     provider.respond = lambda seen: (200, json.dumps(
         {"data": [{"index": i, "embedding": v} for i, v in enumerate(raw)]}).encode())
-    async with OpenAICompatibleEmbedder(provider.url, "bge-m3") as embedder:
-        out = await embedder.embed(["first text", "second text"])
+    async with OpenAICompatibleEmbedder(provider.url, "bge-m3") as exact:
+        with pytest.raises(ProviderError):  # by default a model is never truncated
+            await exact.embed(["first text", "second text"])
+    async with OpenAICompatibleEmbedder(provider.url, "bge-m3", dimension=1024) as native:
+        assert [len(v) for v in await native.embed(["first text", "second text"])] == [1024] * 2
+    async with OpenAICompatibleEmbedder(provider.url, "bge-m3", fit="truncate") as embedder:
+        out = await embedder.embed(["first text", "second text"])  # kagent-compatible 768
     assert len(out) == 2
     for vec, full in zip(out, raw, strict=True):
         assert len(vec) == DIM

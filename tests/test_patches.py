@@ -347,7 +347,7 @@ def test_go_migrations_upgrade_and_roll_back_beside_upstream_memory(database):
         (scope_id, generation, _, _), = _run(conn, governed["GrantMemoryScope"], [
             *KEY, "personal_preferences", PROTOTYPE_POLICY.version, PROTOTYPE_POLICY.max_ttl,
             PROTOTYPE_POLICY.entry_cap, PROTOTYPE_POLICY.fact_max_bytes,
-            PROTOTYPE_POLICY.consent_max_age])
+            PROTOTYPE_POLICY.consent_max_age, PROTOTYPE_POLICY.embedding_dimension])
         ids = [r[0] for r in _run(conn, governed["SaveMemoryEntries"],
                                   [*KEY, generation, PROTOTYPE_POLICY.version,
                                    ["prefers dark mode"], [_vec(0.5)]])]

@@ -173,7 +173,7 @@ async def _run_flow(store, database, provider_url, sentinels, *, sanitized: bool
     with database.admin() as conn:
         conn.execute("ALTER TABLE memory_entry ADD CONSTRAINT sentinel_probe"
                      " CHECK (content NOT LIKE 'DBFAIL%')")
-    embedder = OpenAICompatibleEmbedder(provider_url, "bge-m3")
+    embedder = OpenAICompatibleEmbedder(provider_url, "bge-m3", fit="truncate")  # 1024 -> 768
     raised: list[BaseException] = []
     roomy = MemoryPolicy(version="sentinel-run", explicit_burst=20, explicit_ops_per_minute=60)
     h = build(store, plan=save_plan, embedder=embedder, before_tool=kagent_style_logging,

@@ -79,8 +79,9 @@ class GovernedMemoryService(BaseMemoryService):
     ) -> None:
         if not isinstance(agent, AgentIdentity):
             raise InvalidInput(ReasonCode.INVALID_IDENTITY, field="agent")
-        if getattr(embedder, "dimension", None) != 768:
-            raise InvalidInput(ReasonCode.INVALID_EMBEDDING, field="embedder")
+        if getattr(embedder, "dimension", None) != store.policy.embedding_dimension:
+            # the embedder must produce exactly what the policy records with each consent
+            raise InvalidInput(ReasonCode.INVALID_EMBEDDING, field="embedder_dimension")
         self.store = store
         self.agent = agent
         self.embedder = embedder

@@ -7,7 +7,7 @@
 
 -- name: GrantMemoryScope :one
 SELECT scope_id, generation, granted_at, expires_at
-FROM memory_grant($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12);
+FROM memory_grant($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13);
 
 -- name: GetMemoryGeneration :one
 SELECT memory_generation($1, $2, $3, $4, $5, $6, $7) AS generation;

@@ -80,6 +80,8 @@ CREATE TABLE IF NOT EXISTS memory_scope (
     max_ttl                  INTERVAL    NOT NULL DEFAULT INTERVAL '7 days',
     entry_cap                INTEGER     NOT NULL DEFAULT 100,
     fact_max_bytes           INTEGER     NOT NULL DEFAULT 512,
+    -- what the deployment's embedder produces (BGE-M3: 1024; kagent-compatible: 768)
+    embedding_dimension      INTEGER     NOT NULL DEFAULT 768,
     last_verified_erasure_at TIMESTAMPTZ,
     failure_reason           TEXT,
     failure_at               TIMESTAMPTZ,
@@ -107,7 +109,8 @@ CREATE TABLE IF NOT EXISTS memory_scope (
     CONSTRAINT memory_scope_limits CHECK (
         entry_cap BETWEEN 1 AND 10000
         AND fact_max_bytes BETWEEN 1 AND 8192
-        AND max_ttl BETWEEN INTERVAL '1 minute' AND INTERVAL '365 days'),
+        AND max_ttl BETWEEN INTERVAL '1 minute' AND INTERVAL '365 days'
+        AND embedding_dimension BETWEEN 1 AND 16000),
     CONSTRAINT memory_scope_generation_nonnegative CHECK (generation >= 0),
     CONSTRAINT memory_scope_enabled_has_consent CHECK (
         NOT enabled
@@ -126,7 +129,7 @@ CREATE TABLE IF NOT EXISTS memory_entry (
     id          UUID        PRIMARY KEY DEFAULT gen_random_uuid(),
     scope_id    UUID        NOT NULL REFERENCES memory_scope (id),
     content     TEXT        NOT NULL,
-    embedding   vector(768) NOT NULL,
+    embedding   vector      NOT NULL,  -- of the scope's embedding_dimension (insert trigger)
     generation  BIGINT      NOT NULL,
     created_at  TIMESTAMPTZ NOT NULL DEFAULT now(),
     expires_at  TIMESTAMPTZ NOT NULL,
@@ -261,6 +264,9 @@ BEGIN
     END IF;
     IF octet_length(NEW.content) > s.fact_max_bytes THEN
         RAISE EXCEPTION 'fact_too_large' USING ERRCODE = 'KGF01';
+    END IF;
+    IF vector_dims(NEW.embedding) <> s.embedding_dimension THEN
+        RAISE EXCEPTION 'invalid_embedding' USING ERRCODE = '22000';
     END IF;
     NEW.created_at := now();
     IF NEW.expires_at IS NULL THEN

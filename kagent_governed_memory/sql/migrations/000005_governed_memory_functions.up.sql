@@ -105,7 +105,7 @@ $$;
 CREATE OR REPLACE FUNCTION memory_grant(
     p_mxid TEXT, p_origin TEXT, p_namespace TEXT, p_agent TEXT, p_kind TEXT, p_room TEXT,
     p_purpose TEXT, p_policy_version TEXT, p_max_ttl INTERVAL, p_entry_cap INTEGER,
-    p_fact_max_bytes INTEGER, p_consent_max_age INTERVAL)
+    p_fact_max_bytes INTEGER, p_consent_max_age INTERVAL, p_embedding_dimension INTEGER)
 RETURNS TABLE (scope_id UUID, generation BIGINT, granted_at TIMESTAMPTZ, expires_at TIMESTAMPTZ)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT AS $$
 #variable_conflict use_column
@@ -148,7 +148,8 @@ BEGIN
     END IF;
     IF s.enabled AND s.consent_expires_at > now() THEN
         IF s.purpose IS DISTINCT FROM p_purpose
-           OR s.policy_version IS DISTINCT FROM p_policy_version THEN
+           OR s.policy_version IS DISTINCT FROM p_policy_version
+           OR s.embedding_dimension IS DISTINCT FROM p_embedding_dimension THEN
             RAISE EXCEPTION 'consent_conflict' USING ERRCODE = 'KGC02';
         END IF;
         UPDATE memory_scope SET consent_expires_at = now() + p_consent_max_age
@@ -164,6 +165,7 @@ BEGIN
            SET enabled = true, generation = memory_scope.generation + 1,
                purpose = p_purpose, policy_version = p_policy_version,
                max_ttl = p_max_ttl, entry_cap = p_entry_cap, fact_max_bytes = p_fact_max_bytes,
+               embedding_dimension = p_embedding_dimension,
                consent_granted_at = now(), consent_expires_at = now() + p_consent_max_age
          WHERE id = s.id
         RETURNING * INTO s;
@@ -233,6 +235,9 @@ BEGIN
     END IF;
     s := memory_scope_row(p_mxid, p_origin, p_namespace, p_agent, p_kind, p_room);
     PERFORM memory_fence_check(s, p_generation, p_policy_version);
+    IF vector_dims(p_embedding) <> s.embedding_dimension THEN
+        RAISE EXCEPTION 'invalid_embedding' USING ERRCODE = '22000';
+    END IF;
     PERFORM memory_bind_scope(s.id);
     RETURN QUERY
     SELECT r.id, r.content, r.created_at, r.expires_at, r.embedding <=> p_embedding
@@ -553,7 +558,7 @@ REVOKE ALL ON FUNCTION
     memory_fence_check(memory_scope, BIGINT, TEXT),
     memory_principal_ref(TEXT, TEXT),
     memory_audit_write(UUID, TEXT, TEXT, BIGINT, BIGINT),
-    memory_grant(TEXT, TEXT, TEXT, TEXT, TEXT, TEXT, TEXT, TEXT, INTERVAL, INTEGER, INTEGER, INTERVAL),
+    memory_grant(TEXT, TEXT, TEXT, TEXT, TEXT, TEXT, TEXT, TEXT, INTERVAL, INTEGER, INTEGER, INTERVAL, INTEGER),
     memory_generation(TEXT, TEXT, TEXT, TEXT, TEXT, TEXT, TEXT),
     memory_save(TEXT, TEXT, TEXT, TEXT, TEXT, TEXT, BIGINT, TEXT, TEXT[], vector[]),
     memory_search(TEXT, TEXT, TEXT, TEXT, TEXT, TEXT, BIGINT, TEXT, vector, INTEGER),
@@ -581,7 +586,7 @@ END
 $$;
 
 GRANT EXECUTE ON FUNCTION
-    memory_grant(TEXT, TEXT, TEXT, TEXT, TEXT, TEXT, TEXT, TEXT, INTERVAL, INTEGER, INTEGER, INTERVAL),
+    memory_grant(TEXT, TEXT, TEXT, TEXT, TEXT, TEXT, TEXT, TEXT, INTERVAL, INTEGER, INTEGER, INTERVAL, INTEGER),
     memory_generation(TEXT, TEXT, TEXT, TEXT, TEXT, TEXT, TEXT),
     memory_save(TEXT, TEXT, TEXT, TEXT, TEXT, TEXT, BIGINT, TEXT, TEXT[], vector[]),
     memory_search(TEXT, TEXT, TEXT, TEXT, TEXT, TEXT, BIGINT, TEXT, vector, INTEGER),
