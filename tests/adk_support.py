@@ -123,8 +123,8 @@ class Harness:
     sessions: dict[str, str] = field(default_factory=dict)
 
     async def turn(self, text: str, *, key: ScopeKey | None, session: str = "s1",
-                   token: str | None = None, audience: tuple[str, ...] = ("example.org",)
-                   ) -> list[str]:
+                   token: str | None = None, audience: tuple[str, ...] = ("example.org",),
+                   run_config: Any = None) -> list[str]:
         """One user turn through the real Runner, bound to a freshly signed assertion for
         ``key`` (or ``token`` as given, or none).  Returns the texts the agent produced."""
         if session not in self.sessions:
@@ -139,6 +139,7 @@ class Harness:
             async for event in self.runner.run_async(
                 user_id="attribution-only", session_id=self.sessions[session],
                 new_message=types.Content(role="user", parts=[types.Part(text=text)]),
+                **({"run_config": run_config} if run_config is not None else {}),
             ):
                 for part in (event.content.parts if event.content and event.content.parts else []):
                     if part.text:

@@ -168,3 +168,23 @@ def test_asyncio_never_retrieved_reports_are_content_free():
         sanitizer.remove()
         root.removeHandler(handler)
     assert records and not any(marker in r for r in records)
+
+
+async def test_a_run_config_that_captures_content_means_no_memory(store, database):
+    """google-adk 2.x: RunConfig.telemetry can switch capture on for one request."""
+    telemetry = pytest.importorskip("google.adk.telemetry.context",
+                                    reason="NOT RUN: this google-adk has no RunConfig.telemetry")
+    from google.adk.agents.run_config import RunConfig
+
+    key = make_key()
+    await store.grant(key, purpose=PURPOSE)
+    h = build(store, plan=save_plan)
+    await h.turn("hello", key=key)
+    before = h.embedder.calls
+    config = RunConfig(telemetry=telemetry.TelemetryConfig(
+        capture_message_content=telemetry.ContentCapturingMode.SPAN_AND_EVENT))
+    out = await h.turn("recall: tea", key=key, run_config=config)
+    assert any('"span_content_capture"' in t for t in out), out
+    assert h.embedder.calls == before
+    out = await h.turn("recall: tea", key=key)  # the next request, without the override
+    assert not any("span_content_capture" in t for t in out), out

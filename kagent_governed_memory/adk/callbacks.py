@@ -17,6 +17,9 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any
 
+from ..errors import ReasonCode
+from ..request import current_request
+
 if TYPE_CHECKING:
     from google.adk.agents.callback_context import CallbackContext
     from google.adk.events.event import Event
@@ -67,6 +70,12 @@ def make_turn_start_callback(service: GovernedMemoryService):
     this turn under it (a turn that starts without valid consent is recorded nowhere)."""
 
     async def governed_turn_start_callback(callback_context: CallbackContext) -> None:
+        if _run_config_captures_content(callback_context) and service.span_content == "refuse":
+            # google-adk 2.x can switch content capture on for one request (RunConfig
+            # .telemetry), which no start-up check sees: this request gets no memory.
+            binding = current_request()
+            if binding is not None:
+                binding.assertion, binding.reason = None, ReasonCode.SPAN_CONTENT_CAPTURE
         who = await service.admitted()
         if who is None:
             return None
@@ -78,6 +87,12 @@ def make_turn_start_callback(service: GovernedMemoryService):
         return None
 
     return governed_turn_start_callback
+
+
+def _run_config_captures_content(callback_context: CallbackContext) -> bool:
+    telemetry = getattr(getattr(callback_context, "run_config", None), "telemetry", None)
+    mode = getattr(telemetry, "capture_message_content", None)
+    return mode is not None and str(getattr(mode, "name", mode)).upper() != "NO_CONTENT"
 
 
 def make_autosave_callback(service: GovernedMemoryService):

@@ -94,6 +94,7 @@ class GovernedMemoryService(BaseMemoryService):
         # not to.  "warn" when ContentFreeSpanProcessor/ContentFreeLogRecordProcessor guard
         # every exporter; "ignore" only when nothing exports telemetry at all.
         check_adk_span_content(span_content)
+        self.span_content = span_content  # also applied per request (RunConfig.telemetry)
 
     # -- the request path -----------------------------------------------------------------
 
