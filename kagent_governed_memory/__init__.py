@@ -35,7 +35,6 @@ from .errors import (
 )
 from .identity import AgentIdentity, MemoryScope, OriginKind, Principal, ScopeKey, ScopeKind
 from .migrations import SERVICE_ROLE, migrate
-from .otel_logs import ContentFreeLogRecordProcessor
 from .models import (
     ConsentReceipt,
     ErasureReceipt,
@@ -47,6 +46,7 @@ from .models import (
     ScopeStatus,
     StoreReport,
 )
+from .otel_logs import ContentFreeLogRecordProcessor
 from .policy import PROTOTYPE_POLICY, MemoryPolicy
 from .request import memory_request
 from .store import EMBEDDING_DIMENSION, GovernedMemoryStore

@@ -8,32 +8,32 @@ transaction.  Python validates early and cheaply; the database is what enforces.
 from __future__ import annotations
 
 import asyncio
-import base64
-import hashlib
-import hmac
 import logging
-import math
 import re
-import struct
 import time
 import uuid
 import weakref
-from array import array
 from collections.abc import Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any, Self
 
 import psycopg
-from pgvector import Vector
 from pgvector.psycopg import register_vector_async
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from . import _sql
-from .migrations import LATEST_VERSION, apply_migrations, schema_version
+from ._cursor import _CURSOR, _cursor_tag, _decode_cursor, _encode_cursor  # noqa: F401
+from ._validate import (  # noqa: F401 - _check_fact is also the service's early refusal
+    EMBEDDING_DIMENSION,
+    _check_fact,
+    _check_local_server,
+    _generation,
+    _parse_entry_id,
+    _reason,
+    _vector,
+)
 from .errors import (
-    ConsentRequired,
     ErasureFailed,
-    FactTooLarge,
     GovernanceError,
     InvalidInput,
     ReasonCode,
@@ -41,6 +41,7 @@ from .errors import (
     from_database_error,
 )
 from .identity import AgentIdentity, MemoryScope, Principal, ScopeKey
+from .migrations import LATEST_VERSION, apply_migrations, schema_version
 from .models import (
     ConsentReceipt,
     ErasureReceipt,
@@ -59,14 +60,10 @@ __all__ = ["EMBEDDING_DIMENSION", "MAX_PAGE_SIZE", "MAX_SEARCH_LIMIT", "Governed
 
 _log = logging.getLogger("kagent_governed_memory.store")
 
-EMBEDDING_DIMENSION = 768  # the default policy's (kagent-compatible); see MemoryPolicy
 MAX_PAGE_SIZE = 50
 MAX_SEARCH_LIMIT = 50
 _PURPOSE = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
-_CURSOR = struct.Struct(">Bq16s")  # version, created_at (µs since epoch), entry id
-_CURSOR_TAG = 12
 _DISABLE_ATTEMPTS = 3
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 # Can this login switch the rules off?  Superuser, BYPASSRLS, or a member of the tables' owner.
 _ROLE_CHECK = """
 SELECT r.rolsuper, r.rolbypassrls,
@@ -74,7 +71,6 @@ SELECT r.rolsuper, r.rolbypassrls,
                    FROM pg_class c WHERE c.oid = to_regclass('memory_entry')), false)
   FROM pg_roles r WHERE r.rolname = current_user
 """
-_MICROSECOND = timedelta(microseconds=1)
 
 
 class GovernedMemoryStore:
@@ -542,116 +538,3 @@ def _key(key: ScopeKey) -> list[Any]:
         key.scope.kind.value,
         key.scope.room_id,
     ]
-
-
-def _check_local_server(server: str) -> None:
-    probe = f"@probe:{server}"
-    try:
-        Principal(mxid=probe, origin="native_local")
-    except GovernanceError:
-        ok = False
-    else:
-        ok = True
-    if not ok:
-        raise InvalidInput(ReasonCode.INVALID_ARGUMENT, field="local_server")
-
-
-def _generation(generation: int | None) -> int:
-    if generation is None:
-        raise ConsentRequired(ReasonCode.CONSENT_REQUIRED)
-    if not isinstance(generation, int) or isinstance(generation, bool) or generation < 0:
-        raise InvalidInput(ReasonCode.INVALID_ARGUMENT, field="generation")
-    return generation
-
-
-def _utf8(text: str) -> bytes | None:
-    try:
-        return text.encode("utf-8")
-    except UnicodeEncodeError:  # lone surrogates; the error object would hold the text
-        return None
-
-
-def _check_fact(fact: object, max_bytes: int) -> None:
-    if not isinstance(fact, str) or not fact.strip() or "\x00" in fact:
-        raise InvalidInput(ReasonCode.INVALID_TEXT)
-    raw = _utf8(fact)
-    if raw is None:
-        raise InvalidInput(ReasonCode.INVALID_TEXT)
-    if len(raw) > max_bytes:
-        raise FactTooLarge(ReasonCode.FACT_TOO_LARGE)
-
-
-def _floats(values: object, dimension: int) -> list[float] | None:
-    """``dimension`` finite numbers, or None.  Converted and summed in C: this check is on every
-    search's path; the per-value scan only runs when the sum is not finite (NaN, inf, or an
-    overflow)."""
-    if isinstance(values, str | bytes) or not hasattr(values, "__len__"):
-        return None
-    if len(values) != dimension:  # type: ignore[arg-type]
-        return None
-    try:
-        numbers = array("d", values)  # type: ignore[arg-type]
-    except (TypeError, ValueError, OverflowError):
-        return None
-    if not math.isfinite(sum(numbers)) and not all(map(math.isfinite, numbers)):
-        return None
-    return numbers.tolist()
-
-
-def _vector(values: object, dimension: int = EMBEDDING_DIMENSION) -> Vector:
-    floats = _floats(values, dimension)
-    if floats is None:
-        raise InvalidInput(ReasonCode.INVALID_EMBEDDING)
-    return Vector(floats)
-
-
-def _parse_entry_id(entry_id: object) -> uuid.UUID:
-    parsed: uuid.UUID | None = None
-    if isinstance(entry_id, str) and len(entry_id) <= 64:
-        try:
-            parsed = uuid.UUID(entry_id)
-        except ValueError:
-            parsed = None
-    # A malformed id behaves like an absent one: the same statement runs on a random id.
-    return parsed or uuid.uuid4()
-
-
-def _reason(value: str | None) -> ReasonCode | None:
-    if value is None:
-        return None
-    return ReasonCode._value2member_map_.get(value, ReasonCode.ERASURE_FAILED)  # type: ignore[return-value]
-
-
-def _cursor_tag(key: ScopeKey, payload: bytes) -> bytes:
-    return hashlib.blake2b(payload, key=key.opaque_id.encode(), digest_size=_CURSOR_TAG).digest()
-
-
-def _encode_cursor(key: ScopeKey, created_at: datetime, entry_id: uuid.UUID) -> str:
-    micros = (created_at - _EPOCH) // _MICROSECOND
-    payload = _CURSOR.pack(1, micros, entry_id.bytes)
-    return base64.urlsafe_b64encode(payload + _cursor_tag(key, payload)).decode().rstrip("=")
-
-
-def _decode_cursor(key: ScopeKey, cursor: object) -> tuple[datetime, uuid.UUID]:
-    """An opaque cursor binds a position to its key: a forged, truncated or foreign cursor is
-    refused with ``invalid_cursor`` (it could only ever page within the caller's own key)."""
-    raw = _b64(cursor) if isinstance(cursor, str) and len(cursor) <= 64 else None
-    if raw is None or len(raw) != _CURSOR.size + _CURSOR_TAG:
-        raise InvalidInput(ReasonCode.INVALID_CURSOR)
-    payload, tag = raw[: _CURSOR.size], raw[_CURSOR.size :]
-    version, micros, id_bytes = _CURSOR.unpack(payload)
-    if version != 1 or not hmac.compare_digest(tag, _cursor_tag(key, payload)):
-        raise InvalidInput(ReasonCode.INVALID_CURSOR)
-    try:  # the tag is keyed with a public id, so the position itself is untrusted input
-        at = _EPOCH + micros * _MICROSECOND
-    except OverflowError:
-        raise InvalidInput(ReasonCode.INVALID_CURSOR) from None
-    return at, uuid.UUID(bytes=id_bytes)
-
-
-def _b64(text: str) -> bytes | None:
-    try:
-        return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
-    except (ValueError, TypeError):
-        return None
-

@@ -410,11 +410,12 @@ HANDLERS = "go/core/internal/httpserver/handlers/"
 def test_go_policy_and_admission_mirror_the_library():
     go = _added_go(4, HANDLERS + "memory_governed.go")
     p = PROTOTYPE_POLICY
-    assert f'Version:       "{p.version}",' in go
-    assert f"MaxTTL:        {p.max_ttl.days} * 24 * time.Hour," in go
-    assert f"EntryCap:      {p.entry_cap}," in go
-    assert f"FactMaxBytes:  {p.fact_max_bytes}," in go
-    assert f"ConsentMaxAge: {p.consent_max_age.days} * 24 * time.Hour," in go
+    fields = dict(re.findall(r"^\t(\w+):\s+(.+?),(?:\s*//.*)?$", go.split(
+        "var governedMemoryPolicy = database.MemoryPolicy{", 1)[1].split("}", 1)[0], re.MULTILINE))
+    assert fields == {"Version": f'"{p.version}"', "MaxTTL": f"{p.max_ttl.days} * 24 * time.Hour",
+                      "EntryCap": str(p.entry_cap), "FactMaxBytes": str(p.fact_max_bytes),
+                      "ConsentMaxAge": f"{p.consent_max_age.days} * 24 * time.Hour",
+                      "EmbeddingDimension": str(p.embedding_dimension)}
     assert p.max_ttl.seconds == p.consent_max_age.seconds == 0
     for name, value in (("governedScopeOpsPerHour", p.scope_ops_per_hour),
                         ("governedExplicitBurst", p.explicit_burst),

@@ -27,7 +27,6 @@ from ..models import MemoryRecord
 from ..request import RequestBinding, current_request
 from ..store import GovernedMemoryStore, _check_fact
 from ..telemetry import SpanContentMode, check_adk_span_content
-from .callbacks import event_line
 from .recall import Recalled
 from .summariser import summarise
 

@@ -1,0 +1,98 @@
+"""Early, cheap refusals of bad input before any round trip (the database enforces again).
+
+Every refusal is a content-free ``InvalidInput`` (or ``FactTooLarge``/``ConsentRequired``); no
+error here carries the value it refused.
+"""
+
+from __future__ import annotations
+
+import math
+import uuid
+from array import array
+
+from pgvector import Vector
+
+from .errors import ConsentRequired, FactTooLarge, GovernanceError, InvalidInput, ReasonCode
+from .identity import Principal
+
+__all__ = ["EMBEDDING_DIMENSION"]
+
+EMBEDDING_DIMENSION = 768  # the default policy's (kagent-compatible); see MemoryPolicy
+
+
+def _check_local_server(server: str) -> None:
+    probe = f"@probe:{server}"
+    try:
+        Principal(mxid=probe, origin="native_local")
+    except GovernanceError:
+        ok = False
+    else:
+        ok = True
+    if not ok:
+        raise InvalidInput(ReasonCode.INVALID_ARGUMENT, field="local_server")
+
+
+def _generation(generation: int | None) -> int:
+    if generation is None:
+        raise ConsentRequired(ReasonCode.CONSENT_REQUIRED)
+    if not isinstance(generation, int) or isinstance(generation, bool) or generation < 0:
+        raise InvalidInput(ReasonCode.INVALID_ARGUMENT, field="generation")
+    return generation
+
+
+def _utf8(text: str) -> bytes | None:
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:  # lone surrogates; the error object would hold the text
+        return None
+
+
+def _check_fact(fact: object, max_bytes: int) -> None:
+    if not isinstance(fact, str) or not fact.strip() or "\x00" in fact:
+        raise InvalidInput(ReasonCode.INVALID_TEXT)
+    raw = _utf8(fact)
+    if raw is None:
+        raise InvalidInput(ReasonCode.INVALID_TEXT)
+    if len(raw) > max_bytes:
+        raise FactTooLarge(ReasonCode.FACT_TOO_LARGE)
+
+
+def _floats(values: object, dimension: int) -> list[float] | None:
+    """``dimension`` finite numbers, or None.  Converted and summed in C: this check is on every
+    search's path; the per-value scan only runs when the sum is not finite (NaN, inf, or an
+    overflow)."""
+    if isinstance(values, str | bytes) or not hasattr(values, "__len__"):
+        return None
+    if len(values) != dimension:  # type: ignore[arg-type]
+        return None
+    try:
+        numbers = array("d", values)  # type: ignore[arg-type]
+    except (TypeError, ValueError, OverflowError):
+        return None
+    if not math.isfinite(sum(numbers)) and not all(map(math.isfinite, numbers)):
+        return None
+    return numbers.tolist()
+
+
+def _vector(values: object, dimension: int = EMBEDDING_DIMENSION) -> Vector:
+    floats = _floats(values, dimension)
+    if floats is None:
+        raise InvalidInput(ReasonCode.INVALID_EMBEDDING)
+    return Vector(floats)
+
+
+def _parse_entry_id(entry_id: object) -> uuid.UUID:
+    parsed: uuid.UUID | None = None
+    if isinstance(entry_id, str) and len(entry_id) <= 64:
+        try:
+            parsed = uuid.UUID(entry_id)
+        except ValueError:
+            parsed = None
+    # A malformed id behaves like an absent one: the same statement runs on a random id.
+    return parsed or uuid.uuid4()
+
+
+def _reason(value: str | None) -> ReasonCode | None:
+    if value is None:
+        return None
+    return ReasonCode._value2member_map_.get(value, ReasonCode.ERASURE_FAILED)  # type: ignore[return-value]
