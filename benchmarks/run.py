@@ -341,14 +341,15 @@ async def finish_upstream_schema(conn: psycopg.AsyncConnection, upstream: Upstre
 _GRANT = (
     "SELECT count(*) FROM generate_series(%s::int, %s::int - 1) s,"
     " LATERAL memory_grant(format('@bench%%s:%%s', s, %s::text), 'native_local', %s, %s,"
-    "  'control_room', format('!bench%%s:%%s', s, %s::text), %s, %s, %s, %s, %s, %s, %s) g")
+    "  'control_room', format('!bench%%s:%%s', s, %s::text), %s, %s, %s, %s, %s, %s, %s,"
+    "  %s, %s::text[]) g")
 _SAVE_ROUND = (
     "SELECT count(*) FROM generate_series(%s::int, %s::int - 1) s"
     " JOIN bench_source b ON b.scope = s %% %s AND b.n = %s,"
     " LATERAL memory_save(format('@bench%%s:%%s', s, %s::text), 'native_local', %s, %s,"
     "  'control_room', format('!bench%%s:%%s', s, %s::text),"
     "  memory_generation(format('@bench%%s:%%s', s, %s::text), 'native_local', %s, %s,"
-    "   'control_room', format('!bench%%s:%%s', s, %s::text), %s), %s,"
+    "   'control_room', format('!bench%%s:%%s', s, %s::text), %s, NULL, NULL), %s,"
     "  ARRAY[b.content], ARRAY[b.embedding]) r")
 
 
@@ -364,7 +365,7 @@ async def load_governed(conn: psycopg.AsyncConnection, lo: int, hi: int, size: S
         b = min(hi, a + step)
         await conn.execute(_GRANT, [a, b, LOCAL, NAMESPACE, AGENT, LOCAL, PURPOSE, p.version,
                                     p.max_ttl, p.entry_cap, p.fact_max_bytes, p.consent_max_age,
-                                    p.embedding_dimension])
+                                    p.embedding_dimension, "personal", [LOCAL]])
     for n in range(size.facts):
         for a in range(lo, hi, step):
             b = min(hi, a + step)

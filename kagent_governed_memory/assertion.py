@@ -57,7 +57,9 @@ _VERSION = "v1"
 _PREFIX = b"v1."
 _B64URL = re.compile(r"^[A-Za-z0-9_-]+$")
 _MAC_B64_CHARS = 43  # 32 bytes, unpadded
-_KEYS = ("v", "sub", "org", "ns", "agt", "room", "aud", "iat", "exp")
+_KEYS = ("v", "sub", "org", "ns", "agt", "room", "cls", "aud", "iat", "exp")
+CLASSIFICATION = re.compile(r"[a-z][a-z0-9_]{0,31}")
+DEFAULT_CLASSIFICATION = "personal"
 _MAX_TS = 253402300799  # 9999-12-31T23:59:59Z, the last second datetime can hold
 _ONE_SECOND = timedelta(seconds=1)
 
@@ -101,7 +103,8 @@ class ScopeAssertion(BaseModel):
     principal: Principal
     agent: AgentIdentity
     room_id: str
-    audience: tuple[str, ...]
+    classification: str = DEFAULT_CLASSIFICATION  # of this conversation (ADR decision 6)
+    audience: tuple[str, ...]  # the output audience: every homeserver the reply reaches
     issued_at: datetime
     expires_at: datetime
 
@@ -109,7 +112,8 @@ class ScopeAssertion(BaseModel):
     @classmethod
     def _check(cls, data: Any) -> Any:
         data = _fields(data, "scope_assertion",
-                       {"principal", "agent", "room_id", "audience", "issued_at", "expires_at"})
+                       {"principal", "agent", "room_id", "classification", "audience",
+                        "issued_at", "expires_at"})
         out: dict[str, Any] = {}
         for field, typ in (("principal", Principal), ("agent", AgentIdentity)):
             value = data.get(field)
@@ -120,6 +124,10 @@ class ScopeAssertion(BaseModel):
             out[field] = value
         room = data.get("room_id")
         out["room_id"] = MemoryScope.control_room(room).room_id  # InvalidIdentity if malformed
+        classification = data.get("classification", DEFAULT_CLASSIFICATION)
+        if not isinstance(classification, str) or not CLASSIFICATION.fullmatch(classification):
+            raise _bad("classification")
+        out["classification"] = classification
         audience = _audience(data.get("audience"))
         if audience is None:
             raise _bad("audience")
@@ -183,6 +191,7 @@ def _payload(a: ScopeAssertion) -> bytes:
         "ns": a.agent.namespace,
         "agt": a.agent.name,
         "room": a.room_id,
+        "cls": a.classification,
         "aud": list(a.audience),
         "iat": int(a.issued_at.timestamp()),
         "exp": int(a.expires_at.timestamp()),
@@ -201,8 +210,10 @@ def sign_scope_assertion(
     audience: Sequence[str],
     lifetime: timedelta = timedelta(seconds=60),
     now: datetime | None = None,
+    classification: str = DEFAULT_CLASSIFICATION,
 ) -> str:
-    """Bridge side: sign ``key`` for output to ``audience`` (every homeserver in the room).
+    """Bridge side: sign ``key`` for output to ``audience`` (every homeserver in the room), for
+    a conversation of ``classification``.
 
     Federated or bridged principals are signable on purpose: the store, not the bridge,
     refuses them (S5), so the refusal has one place and one reason code.
@@ -231,6 +242,7 @@ def sign_scope_assertion(
         principal=key.principal,
         agent=key.agent,
         room_id=key.scope.room_id,
+        classification=classification,
         audience=audience,
         issued_at=issued,
         expires_at=issued + lifetime,
@@ -304,7 +316,7 @@ def _parse(payload: bytes) -> ScopeAssertion | None:
         return None
     if not all(0 <= body[k] <= _MAX_TS for k in ("iat", "exp")):
         return None
-    if any(not isinstance(body[k], str) for k in ("sub", "org", "ns", "agt", "room")):
+    if any(not isinstance(body[k], str) for k in ("sub", "org", "ns", "agt", "room", "cls")):
         return None
     if not isinstance(body["aud"], list):
         return None
@@ -313,6 +325,7 @@ def _parse(payload: bytes) -> ScopeAssertion | None:
             principal=Principal(mxid=body["sub"], origin=body["org"]),
             agent=AgentIdentity(namespace=body["ns"], name=body["agt"]),
             room_id=body["room"],
+            classification=body["cls"],
             audience=body["aud"],
             issued_at=datetime.fromtimestamp(body["iat"], UTC),
             expires_at=datetime.fromtimestamp(body["exp"], UTC),

@@ -53,6 +53,7 @@ from .models import (
     ScopeStatus,
     StoreReport,
 )
+from .assertion import CLASSIFICATION, _audience as _servers
 from .policy import PROTOTYPE_POLICY, MemoryPolicy
 from .sweeper import Sweeper
 
@@ -224,17 +225,24 @@ class GovernedMemoryStore:
 
     # -- consent --------------------------------------------------------------------------
 
-    async def grant(self, key: ScopeKey, *, purpose: str) -> ConsentReceipt:
-        """Record explicit consent for ``purpose`` under this store's policy (C1)."""
+    async def grant(self, key: ScopeKey, *, purpose: str, classification: str = "personal",
+                    output_audience: Sequence[str] | None = None) -> ConsentReceipt:
+        """Record explicit consent for ``purpose`` under this store's policy (C1), for
+        conversations of ``classification`` whose replies reach exactly ``output_audience``
+        (default: the local homeserver only).  A request with another classification or
+        audience gets no memory (ADR decision 6)."""
         self._servable(key)
         if not isinstance(purpose, str) or not _PURPOSE.fullmatch(purpose):
             raise InvalidInput(ReasonCode.INVALID_ARGUMENT, field="purpose")
+        if not isinstance(classification, str) or not CLASSIFICATION.fullmatch(classification):
+            raise InvalidInput(ReasonCode.INVALID_ARGUMENT, field="classification")
+        audience = _audience(output_audience, self._local_server)
         p = self.policy
         row = await self._one(
             "grant",
             "GrantMemoryScope",
             [*_key(key), purpose, p.version, p.max_ttl, p.entry_cap, p.fact_max_bytes,
-             p.consent_max_age, p.embedding_dimension],
+             p.consent_max_age, p.embedding_dimension, classification, audience],
         )
         assert row is not None
         return ConsentReceipt(
@@ -246,11 +254,15 @@ class GovernedMemoryStore:
             expires_at=row[3],
         )
 
-    async def generation(self, key: ScopeKey) -> int | None:
-        """The current valid generation, or ``None`` (missing, disabled or expired consent)."""
+    async def generation(self, key: ScopeKey, *, classification: str | None = None,
+                         output_audience: Sequence[str] | None = None) -> int | None:
+        """The current valid generation, or ``None`` (missing, disabled or expired consent, or
+        consent given for another classification or output audience than the ones passed)."""
         self._servable(key)
+        audience = None if output_audience is None else _audience(output_audience,
+                                                                   self._local_server)
         row = await self._one("generation", "GetMemoryGeneration",
-                              [*_key(key), self.policy.version])
+                              [*_key(key), self.policy.version, classification, audience])
         return None if row is None else row[0]
 
     # -- content --------------------------------------------------------------------------
@@ -538,3 +550,11 @@ def _key(key: ScopeKey) -> list[Any]:
         key.scope.kind.value,
         key.scope.room_id,
     ]
+
+
+def _audience(value: Sequence[str] | None, local_server: str) -> list[str]:
+    """Sorted, de-duplicated homeserver names (default: the local one); refused if malformed."""
+    servers = _servers([local_server] if value is None else value)
+    if servers is None:
+        raise InvalidInput(ReasonCode.INVALID_ARGUMENT, field="output_audience")
+    return list(servers)

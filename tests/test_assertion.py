@@ -89,7 +89,7 @@ def _unb64(seg: str) -> bytes:
 
 def _body(**overrides: Any) -> dict[str, Any]:
     body = {"v": 1, "sub": MXID, "org": "native_local", "ns": "kagent", "agt": "my-agent",
-            "room": ROOM, "aud": [LOCAL], "iat": IAT, "exp": IAT + 60}
+            "room": ROOM, "cls": "personal", "aud": [LOCAL], "iat": IAT, "exp": IAT + 60}
     body.update(overrides)
     return body
 
@@ -159,7 +159,8 @@ def test_s6_token_format_is_pinned() -> None:
     assert token == _forge(_body())
     assert _unb64(token.split(".")[1]) == (
         b'{"v":1,"sub":"@qz7sentinel-user:example.org","org":"native_local","ns":"kagent",'
-        b'"agt":"my-agent","room":"!qz7sentinelroom:example.org","aud":["example.org"],'
+        b'"agt":"my-agent","room":"!qz7sentinelroom:example.org","cls":"personal",'
+        b'"aud":["example.org"],'
         b'"iat":1893553445,"exp":1893553505}'
     )
     assert "=" not in token

@@ -248,9 +248,9 @@ async def test_forged_ids_reach_nothing_of_another_key(store, two_scopes, databa
                             "'infinity',%s,50)", [*_key_args(alice), bob_entry]).fetchall()
         assert page == [("alice fact",)]
         # Bob's generation under Alice's key is just a stale or foreign number
-        gb = conn.execute("SELECT memory_generation(%s,%s,%s,%s,%s,%s,%s)",
+        gb = conn.execute("SELECT memory_generation(%s,%s,%s,%s,%s,%s,%s,NULL,NULL)",
                           [*_key_args(bob), VERSION]).fetchone()[0]
-        ga = conn.execute("SELECT memory_generation(%s,%s,%s,%s,%s,%s,%s)",
+        ga = conn.execute("SELECT memory_generation(%s,%s,%s,%s,%s,%s,%s,NULL,NULL)",
                           [*_key_args(alice), VERSION]).fetchone()[0]
         assert ga == gb == 1  # the same number, and still only Alice's rows answer
         hits = conn.execute("SELECT content FROM memory_search(%s,%s,%s,%s,%s,%s,%s,%s,"
@@ -352,7 +352,7 @@ async def test_admission_checks_the_fence_and_consumes_nothing_when_refused(stor
 async def test_remote_principal_refused_by_the_database(store, database):
     with app(database) as conn:
         grant = ("SELECT * FROM memory_grant(%s,'native_local','kagent','a','control_room',%s,"
-                 "'personal_preferences',%s,'7 days',100,512,'90 days',768)")
+                 "'personal_preferences',%s,'7 days',100,512,'90 days',768,'personal',ARRAY['example.org'])")
         assert refused(conn, grant, ["@mallory:evil.example", "!room:example.org", VERSION]
                        ) == "KGD02"
         assert refused(conn, grant, ["@alice:example.org", "!room:evil.example", VERSION]
@@ -372,7 +372,7 @@ async def test_unconfigured_store_grants_nobody(database):
     with app(database) as conn:
         assert refused(conn, "SELECT * FROM memory_grant('@a:example.org','native_local',"
                              "'kagent','a','control_room','!r:example.org','p',%s,'7 days',"
-                             "100,512,'90 days',768)", [VERSION]) == "KGD02"
+                             "100,512,'90 days',768,'personal',ARRAY['example.org'])", [VERSION]) == "KGD02"
 
 
 # -- 8. roles: the application may not hold the trust root ------------------------------------
@@ -418,7 +418,7 @@ async def test_grant_racing_an_offboarding_is_not_missed(store, database):
     with app(database) as conn:
         conn.execute("BEGIN")
         conn.execute("SELECT * FROM memory_grant(%s,%s,%s,%s,%s,%s,%s,%s,'7 days',100,512,"
-                     "'90 days',768)", [*_key_args(key), PURPOSE, VERSION])
+                     "'90 days',768,'personal',ARRAY['example.org'])", [*_key_args(key), PURPOSE, VERSION])
         offboarding = asyncio.create_task(store.offboard(principal))
         await asyncio.sleep(0.3)
         assert not offboarding.done()  # waits for the grant in flight

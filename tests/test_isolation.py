@@ -62,7 +62,7 @@ async def test_s2_hyphen_and_underscore_agents_are_not_conflated(store, database
         conn.execute(
             "SELECT memory_grant('@alice:example.org','native_local','kagent','my_agent',"
             "'control_room','!control-a:example.org','personal_preferences','v1',"
-            "interval '7 days',100,512,interval '90 days',768)")
+            "interval '7 days',100,512,interval '90 days',768,'personal',ARRAY['example.org'])")
     assert err.value.sqlstate == "23514"
     assert database.scalar("SELECT count(*) FROM memory_scope") == 1
 
@@ -92,7 +92,7 @@ async def test_s5_same_mxid_other_origin_is_refused_before_storage(store, databa
     with database.admin() as conn, pytest.raises(psycopg.Error) as err:
         conn.execute(
             "SELECT memory_grant(%s,%s,'kagent','my-agent','control_room','!r:example.org',"
-            "'personal_preferences','v1',interval '7 days',100,512,interval '90 days',768)",
+            "'personal_preferences','v1',interval '7 days',100,512,interval '90 days',768,'personal',ARRAY['example.org'])",
             [native.principal.mxid, origin.value])
     assert err.value.sqlstate == "KGD01"
 

@@ -340,14 +340,15 @@ def test_go_migrations_upgrade_and_roll_back_beside_upstream_memory(database):
             conn.execute(migrations[version]["up"])
 
         # The governed functions, through the patch's own named statements.
-        assert _run(conn, governed["GetMemoryGeneration"], [*KEY, PROTOTYPE_POLICY.version]
-                    ) == [(None,)]
+        assert _run(conn, governed["GetMemoryGeneration"],
+                    [*KEY, PROTOTYPE_POLICY.version, None, None]) == [(None,)]
         # S5: the controller records its local homeserver once (at start-up) before any grant.
         assert _run(conn, governed["ConfigureMemoryStore"], ["example.org"]) == [("example.org",)]
         (scope_id, generation, _, _), = _run(conn, governed["GrantMemoryScope"], [
             *KEY, "personal_preferences", PROTOTYPE_POLICY.version, PROTOTYPE_POLICY.max_ttl,
             PROTOTYPE_POLICY.entry_cap, PROTOTYPE_POLICY.fact_max_bytes,
-            PROTOTYPE_POLICY.consent_max_age, PROTOTYPE_POLICY.embedding_dimension])
+            PROTOTYPE_POLICY.consent_max_age, PROTOTYPE_POLICY.embedding_dimension,
+            "personal", ["example.org"]])
         ids = [r[0] for r in _run(conn, governed["SaveMemoryEntries"],
                                   [*KEY, generation, PROTOTYPE_POLICY.version,
                                    ["prefers dark mode"], [_vec(0.5)]])]

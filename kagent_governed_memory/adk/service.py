@@ -136,7 +136,10 @@ class GovernedMemoryService(BaseMemoryService):
         async with binding.lock:
             if not binding.captured:
                 try:
-                    binding.generation = await self.store.generation(key)
+                    # ADR decision 6: only for the classification and output audience the
+                    # consent was given for (both signed into the assertion by the bridge)
+                    binding.generation = await self.store.generation(
+                        key, classification=a.classification, output_audience=a.audience)
                 except GovernanceError as exc:
                     return exc.reason  # not cached: a later operation may retry
                 binding.captured = True

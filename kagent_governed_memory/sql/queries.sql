@@ -7,10 +7,10 @@
 
 -- name: GrantMemoryScope :one
 SELECT scope_id, generation, granted_at, expires_at
-FROM memory_grant($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13);
+FROM memory_grant($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15);
 
 -- name: GetMemoryGeneration :one
-SELECT memory_generation($1, $2, $3, $4, $5, $6, $7) AS generation;
+SELECT memory_generation($1, $2, $3, $4, $5, $6, $7, $8, $9) AS generation;
 
 -- name: SaveMemoryEntries :many
 SELECT id, created_at, expires_at

@@ -82,6 +82,11 @@ CREATE TABLE IF NOT EXISTS memory_scope (
     fact_max_bytes           INTEGER     NOT NULL DEFAULT 512,
     -- what the deployment's embedder produces (BGE-M3: 1024; kagent-compatible: 768)
     embedding_dimension      INTEGER     NOT NULL DEFAULT 768,
+    -- what the consent was given for (ADR decision 6): the conversation's classification and
+    -- the output audience (sorted homeserver names the replies reach); a request with another
+    -- classification or audience gets no memory
+    classification           TEXT,
+    output_audience          TEXT[],
     last_verified_erasure_at TIMESTAMPTZ,
     failure_reason           TEXT,
     failure_at               TIMESTAMPTZ,
@@ -105,7 +110,9 @@ CREATE TABLE IF NOT EXISTS memory_scope (
     CONSTRAINT memory_scope_codes CHECK (
         (purpose IS NULL OR purpose ~ '^[a-z][a-z0-9_]{0,63}$')
         AND (policy_version IS NULL OR policy_version ~ '^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$')
-        AND (failure_reason IS NULL OR failure_reason ~ '^[a-z][a-z0-9_]{0,63}$')),
+        AND (failure_reason IS NULL OR failure_reason ~ '^[a-z][a-z0-9_]{0,63}$')
+        AND (classification IS NULL OR classification ~ '^[a-z][a-z0-9_]{0,31}$')
+        AND (output_audience IS NULL OR cardinality(output_audience) BETWEEN 1 AND 64)),
     CONSTRAINT memory_scope_limits CHECK (
         entry_cap BETWEEN 1 AND 10000
         AND fact_max_bytes BETWEEN 1 AND 8192

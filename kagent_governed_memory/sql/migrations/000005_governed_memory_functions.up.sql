@@ -105,7 +105,8 @@ $$;
 CREATE OR REPLACE FUNCTION memory_grant(
     p_mxid TEXT, p_origin TEXT, p_namespace TEXT, p_agent TEXT, p_kind TEXT, p_room TEXT,
     p_purpose TEXT, p_policy_version TEXT, p_max_ttl INTERVAL, p_entry_cap INTEGER,
-    p_fact_max_bytes INTEGER, p_consent_max_age INTERVAL, p_embedding_dimension INTEGER)
+    p_fact_max_bytes INTEGER, p_consent_max_age INTERVAL, p_embedding_dimension INTEGER,
+    p_classification TEXT, p_output_audience TEXT[])
 RETURNS TABLE (scope_id UUID, generation BIGINT, granted_at TIMESTAMPTZ, expires_at TIMESTAMPTZ)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT AS $$
 #variable_conflict use_column
@@ -119,6 +120,7 @@ BEGIN
     IF p_consent_max_age IS NULL OR p_consent_max_age <= INTERVAL '0' THEN
         RAISE EXCEPTION 'invalid_argument' USING ERRCODE = '22023';
     END IF;
+    p_output_audience := ARRAY(SELECT DISTINCT a FROM unnest(p_output_audience) a ORDER BY 1);
     -- S5: only principals (and rooms) of the local homeserver, stored once in memory_config.
     -- Unconfigured means nobody: fail closed.
     SELECT c.local_server INTO server FROM memory_config c;
@@ -149,7 +151,9 @@ BEGIN
     IF s.enabled AND s.consent_expires_at > now() THEN
         IF s.purpose IS DISTINCT FROM p_purpose
            OR s.policy_version IS DISTINCT FROM p_policy_version
-           OR s.embedding_dimension IS DISTINCT FROM p_embedding_dimension THEN
+           OR s.embedding_dimension IS DISTINCT FROM p_embedding_dimension
+           OR s.classification IS DISTINCT FROM p_classification
+           OR s.output_audience IS DISTINCT FROM p_output_audience THEN
             RAISE EXCEPTION 'consent_conflict' USING ERRCODE = 'KGC02';
         END IF;
         UPDATE memory_scope SET consent_expires_at = now() + p_consent_max_age
@@ -166,6 +170,7 @@ BEGIN
                purpose = p_purpose, policy_version = p_policy_version,
                max_ttl = p_max_ttl, entry_cap = p_entry_cap, fact_max_bytes = p_fact_max_bytes,
                embedding_dimension = p_embedding_dimension,
+               classification = p_classification, output_audience = p_output_audience,
                consent_granted_at = now(), consent_expires_at = now() + p_consent_max_age
          WHERE id = s.id
         RETURNING * INTO s;
@@ -175,16 +180,20 @@ BEGIN
 END
 $$;
 
--- The generation a request captures at admission: NULL unless enabled, unexpired and consented
--- under the caller's policy version.
+-- The generation a request captures at admission: NULL unless enabled, unexpired, consented
+-- under the caller's policy version, and for the request's classification and output audience
+-- (ADR decision 6; each checked when given -- the runtime passes the verified assertion's).
 CREATE OR REPLACE FUNCTION memory_generation(
     p_mxid TEXT, p_origin TEXT, p_namespace TEXT, p_agent TEXT, p_kind TEXT, p_room TEXT,
-    p_policy_version TEXT)
+    p_policy_version TEXT, p_classification TEXT, p_output_audience TEXT[])
 RETURNS BIGINT
 LANGUAGE sql STABLE SECURITY DEFINER SET search_path FROM CURRENT AS $$
     SELECT s.generation
       FROM memory_scope_row(p_mxid, p_origin, p_namespace, p_agent, p_kind, p_room) s
      WHERE s.enabled AND s.consent_expires_at > now() AND s.policy_version = p_policy_version
+       AND (p_classification IS NULL OR s.classification = p_classification)
+       AND (p_output_audience IS NULL
+            OR s.output_audience = ARRAY(SELECT DISTINCT unnest(p_output_audience) ORDER BY 1))
 $$;
 
 -- Fenced save (C3, B3, B4): all facts or none.  The insert trigger re-checks the fence under
@@ -558,8 +567,8 @@ REVOKE ALL ON FUNCTION
     memory_fence_check(memory_scope, BIGINT, TEXT),
     memory_principal_ref(TEXT, TEXT),
     memory_audit_write(UUID, TEXT, TEXT, BIGINT, BIGINT),
-    memory_grant(TEXT, TEXT, TEXT, TEXT, TEXT, TEXT, TEXT, TEXT, INTERVAL, INTEGER, INTEGER, INTERVAL, INTEGER),
-    memory_generation(TEXT, TEXT, TEXT, TEXT, TEXT, TEXT, TEXT),
+    memory_grant(TEXT, TEXT, TEXT, TEXT, TEXT, TEXT, TEXT, TEXT, INTERVAL, INTEGER, INTEGER, INTERVAL, INTEGER, TEXT, TEXT[]),
+    memory_generation(TEXT, TEXT, TEXT, TEXT, TEXT, TEXT, TEXT, TEXT, TEXT[]),
     memory_save(TEXT, TEXT, TEXT, TEXT, TEXT, TEXT, BIGINT, TEXT, TEXT[], vector[]),
     memory_search(TEXT, TEXT, TEXT, TEXT, TEXT, TEXT, BIGINT, TEXT, vector, INTEGER),
     memory_inspect(TEXT, TEXT, TEXT, TEXT, TEXT, TEXT, TIMESTAMPTZ, UUID, INTEGER),
@@ -586,8 +595,8 @@ END
 $$;
 
 GRANT EXECUTE ON FUNCTION
-    memory_grant(TEXT, TEXT, TEXT, TEXT, TEXT, TEXT, TEXT, TEXT, INTERVAL, INTEGER, INTEGER, INTERVAL, INTEGER),
-    memory_generation(TEXT, TEXT, TEXT, TEXT, TEXT, TEXT, TEXT),
+    memory_grant(TEXT, TEXT, TEXT, TEXT, TEXT, TEXT, TEXT, TEXT, INTERVAL, INTEGER, INTEGER, INTERVAL, INTEGER, TEXT, TEXT[]),
+    memory_generation(TEXT, TEXT, TEXT, TEXT, TEXT, TEXT, TEXT, TEXT, TEXT[]),
     memory_save(TEXT, TEXT, TEXT, TEXT, TEXT, TEXT, BIGINT, TEXT, TEXT[], vector[]),
     memory_search(TEXT, TEXT, TEXT, TEXT, TEXT, TEXT, BIGINT, TEXT, vector, INTEGER),
     memory_inspect(TEXT, TEXT, TEXT, TEXT, TEXT, TEXT, TIMESTAMPTZ, UUID, INTEGER),
