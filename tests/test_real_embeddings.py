@@ -40,6 +40,15 @@ def model():
     return minilm.MiniLM()
 
 
+def test_the_numpy_model_is_a_real_sentence_encoder(model):
+    v = model.embed(["A man is eating food.", "A man is eating a piece of bread.",
+                     "The girl is carrying a baby."])
+    sim = v @ v.T
+    assert v.shape == (3, minilm.DIMENSION)
+    assert np.allclose(np.linalg.norm(v, axis=1), 1.0, atol=1e-5)
+    assert sim[0, 1] > 0.7 and sim[0, 2] < 0.1  # related vs unrelated, as the model is known
+
+
 async def test_recall_at_5_on_real_sentence_embeddings(database, model):
     from conftest import migrated
 
