@@ -30,6 +30,26 @@ def _summarised(h) -> str:
     return "\n".join(h.summariser_prompts)
 
 
+async def _fifth_turn_racing(store, key, action):
+    """Consent, four turns, then a fifth whose text carries a sentinel while ``action`` runs
+    in the control room as the agent answers it.  Returns the harness and the sentinel."""
+    await store.grant(key, purpose=PURPOSE)
+    secret_text = sentinel()
+    h = build(store, summaries=['["likes tea"]'] * 3)
+    for i in range(4):
+        await h.turn(f"early turn {i}", key=key)
+
+    async def control_room(text: str) -> None:
+        if secret_text in text:
+            await action()
+
+    h.model.on_chat = control_room
+    await h.turn(f"remember {secret_text}", key=key)  # the fifth turn of generation 1
+    await h.service.drain()
+    h.model.on_chat = None
+    return h, secret_text
+
+
 async def test_a_message_sent_before_consent_is_never_auto_saved(store, database):
     """'my bank PIN is …' with memory off; the control room grants consent while the agent
     answers; five turns later the auto-save summarises only turns that started with consent."""
@@ -55,21 +75,12 @@ async def test_a_message_sent_before_consent_is_never_auto_saved(store, database
 
 async def test_a_turn_across_withdraw_and_regrant_is_never_auto_saved(store, database):
     key = make_key()
-    await store.grant(key, purpose=PURPOSE)
-    secret_text = sentinel()
-    h = build(store, summaries=['["likes tea"]'] * 3)
-    for i in range(4):
-        await h.turn(f"early turn {i}", key=key)
 
-    async def withdraw_and_regrant(text: str) -> None:
-        if secret_text in text:
-            await store.withdraw(key)
-            await store.grant(key, purpose=PURPOSE)
+    async def withdraw_and_regrant() -> None:
+        await store.withdraw(key)
+        await store.grant(key, purpose=PURPOSE)
 
-    h.model.on_chat = withdraw_and_regrant
-    await h.turn(f"remember {secret_text}", key=key)  # the fifth turn of generation 1
-    await h.service.drain()
-    h.model.on_chat = None
+    h, secret_text = await _fifth_turn_racing(store, key, withdraw_and_regrant)
     assert await store.generation(key) == 3
     # The fifth turn started under generation 1: its save is fenced out (stale), and the
     # turns of generation 1 never count toward generation 3.
@@ -84,20 +95,7 @@ async def test_a_turn_across_withdraw_and_regrant_is_never_auto_saved(store, dat
 
 async def test_a_turn_across_forget_all_is_never_auto_saved(store, database):
     key = make_key()
-    await store.grant(key, purpose=PURPOSE)
-    secret_text = sentinel()
-    h = build(store, summaries=['["likes tea"]'] * 3)
-    for i in range(4):
-        await h.turn(f"early turn {i}", key=key)
-
-    async def forget_everything(text: str) -> None:
-        if secret_text in text:
-            await store.forget_all(key)
-
-    h.model.on_chat = forget_everything
-    await h.turn(f"I said {secret_text}", key=key)
-    await h.service.drain()
-    h.model.on_chat = None
+    h, secret_text = await _fifth_turn_racing(store, key, lambda: store.forget_all(key))
     assert physical_rows(database, key) == 0  # stored under generation 1: fenced out
     # ... and refused before the summariser model: admission checks the fence
     assert h.summariser_prompts == []
