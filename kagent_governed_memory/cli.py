@@ -76,11 +76,12 @@ def _parser() -> argparse.ArgumentParser:
                    help="check the store's invariants; non-zero exit on any violation"
                    ).set_defaults(handler=_with_store(_verify))
     off = sub.add_parser("offboard", parents=[common],
-                         help="disable, clear and verify every scope of one principal")
+                         help="block, disable, clear and verify every scope of one principal; "
+                         "--dsn is the OWNER role")
     off.add_argument("--principal", required=True, help="complete MXID")
     off.add_argument("--origin", default=OriginKind.NATIVE_LOCAL.value,
                      choices=[o.value for o in OriginKind])
-    off.set_defaults(handler=_with_store(_offboard))
+    off.set_defaults(handler=_with_store(_offboard, privileged=True))
     unblock = sub.add_parser("unblock", parents=[common],
                              help="lift an offboarding block so the principal may consent again; "
                              "--dsn is the OWNER role")

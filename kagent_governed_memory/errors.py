@@ -111,6 +111,7 @@ class ReasonCode(StrEnum):
     PRIVILEGED_ROLE = "privileged_role"
     SERVICE_ROLE_MISSING = "service_role_missing"
     LOCAL_SERVER_MISMATCH = "local_server_mismatch"
+    TRANSACTION_REFUSED = "transaction_refused"
 
 
 _ID_VALUE = re.compile(r"^[A-Za-z0-9_.:-]{1,80}$")
@@ -137,6 +138,8 @@ _DEFAULT_HINT: dict[ReasonCode, str] = {
     ReasonCode.SERVICE_ROLE_MISSING: "role kagent_memory_service does not exist and the "
     "migrating role may not create it: an administrator runs CREATE ROLE kagent_memory_service "
     "NOLOGIN, then migrate again",
+    ReasonCode.TRANSACTION_REFUSED: "governed functions run only in a fresh READ COMMITTED "
+    "transaction (check default_transaction_isolation of the login role)",
     ReasonCode.LOCAL_SERVER_MISMATCH: "the database is configured for another local homeserver; "
     "pass the same local_server as every other store of this database",
     ReasonCode.SPAN_CONTENT_CAPTURE: "google-adk captures message content in spans or logs; set "
@@ -256,6 +259,7 @@ _SQLSTATE: dict[str, tuple[type[GovernanceError], ReasonCode]] = {
     "KGA01": (InvalidInput, ReasonCode.AUDIT_APPEND_ONLY),
     "KGR01": (StoreUnavailable, ReasonCode.SERVICE_ROLE_MISSING),
     "42501": (StoreUnavailable, ReasonCode.PERMISSION_DENIED),  # insufficient_privilege
+    "KGX01": (InvalidInput, ReasonCode.TRANSACTION_REFUSED),
     "22021": (InvalidInput, ReasonCode.INVALID_TEXT),  # character_not_in_repertoire
     "22P05": (InvalidInput, ReasonCode.INVALID_TEXT),  # untranslatable_character
     "22000": (InvalidInput, ReasonCode.INVALID_EMBEDDING),  # pgvector: dimensions / NaN

@@ -394,7 +394,8 @@ class GovernedMemoryStore:
         transaction, then clear and verify each scope, then delete the scope rows that were
         verified clean, so no governed row names the principal or its rooms any more.  The
         block stays until an operator lifts it (``unblock``); a failed scope is kept and
-        reported, and ``offboard`` may be run again."""
+        reported, and ``offboard`` may be run again.  An operator path: a ``privileged`` store
+        on the owner's DSN (the service role may not enumerate a principal's keys)."""
         if not isinstance(principal, Principal):
             raise InvalidInput(ReasonCode.INVALID_IDENTITY)
         rows = await self._all(

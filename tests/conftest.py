@@ -103,6 +103,15 @@ async def migrated(db: Db) -> Db:
 
 
 @pytest.fixture
+async def operator(database: Db, store: GovernedMemoryStore) -> AsyncIterator[GovernedMemoryStore]:
+    """The owner's store: offboarding and lifting a block are operator paths."""
+    s = await GovernedMemoryStore.open(database.owner_dsn, local_server=LOCAL, privileged=True,
+                                       sweep_every=None)
+    yield s
+    await s.close()
+
+
+@pytest.fixture
 async def store(database: Db) -> AsyncIterator[GovernedMemoryStore]:
     await migrated(database)
     s = await open_store(database)

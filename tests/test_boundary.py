@@ -37,9 +37,9 @@ TABLES = ["memory_scope", "memory_entry", "memory_audit", "memory_config",
 # The entry points: what the service role may EXECUTE, and nothing else in the schema.
 ENTRY_POINTS = {
     "memory_grant", "memory_generation", "memory_save", "memory_search", "memory_inspect",
-    "memory_status", "memory_forget", "memory_disable", "memory_disable_principal",
+    "memory_status", "memory_forget", "memory_disable",
     "memory_clear", "memory_verify_erasure", "memory_record_failure", "memory_configure",
-    "memory_purge_principal", "memory_admit", "memory_store_report", "memory_sweep",
+    "memory_admit", "memory_store_report", "memory_sweep",
     "memory_schema_version",
 }
 HELPER_CALLS = [
@@ -412,14 +412,14 @@ async def test_missing_service_role_fails_the_migration_with_a_clear_message(dat
 # -- 9. offboarding: block first; nothing left that names the principal ----------------------
 
 
-async def test_grant_racing_an_offboarding_is_not_missed(store, database):
+async def test_grant_racing_an_offboarding_is_not_missed(store, operator, database):
     key = make_key(agent="racer")
     principal = key.principal
     with app(database) as conn:
         conn.execute("BEGIN")
         conn.execute("SELECT * FROM memory_grant(%s,%s,%s,%s,%s,%s,%s,%s,'7 days',100,512,"
                      "'90 days',768,'personal',ARRAY['example.org'])", [*_key_args(key), PURPOSE, VERSION])
-        offboarding = asyncio.create_task(store.offboard(principal))
+        offboarding = asyncio.create_task(operator.offboard(principal))
         await asyncio.sleep(0.3)
         assert not offboarding.done()  # waits for the grant in flight
         conn.execute("COMMIT")
@@ -428,13 +428,10 @@ async def test_grant_racing_an_offboarding_is_not_missed(store, database):
     assert scope_uuid(database, key) is None
     with pytest.raises(ScopeDenied):
         await store.grant(key, purpose=PURPOSE)
-    owner = await GovernedMemoryStore.open(database.owner_dsn, local_server=LOCAL,
-                                           sweep_every=None, privileged=True)
-    try:
-        assert await owner.unblock(principal) is True
-    finally:
-        await owner.close()
-    with app(database) as conn:  # the service role cannot lift it
+    assert await operator.unblock(principal) is True
+    with app(database) as conn:  # the service role can neither lift it nor offboard anyone
+        assert refused(conn, "SELECT * FROM memory_disable_principal(%s, 'native_local')",
+                       [principal.mxid]) == "42501"
         assert refused(conn, "SELECT memory_unblock_principal(%s, 'native_local')",
                        [principal.mxid]) == "42501"
     assert (await store.grant(key, purpose=PURPOSE)).generation >= 1
@@ -455,19 +452,21 @@ async def test_overdue_expired_rows_are_a_violation_and_the_service_sweeps(store
     assert report.violations == {"expired_overdue": 1}
     assert report.overdue_scope_ids == (sid,)
     with database.admin() as conn:  # another replica is sweeping: this one skips at once
-        conn.execute("SELECT pg_advisory_lock(hashtextextended('kagent.memory_sweep', 0))")
-        assert await store.sweep() == 0
-        conn.execute("SELECT pg_advisory_unlock_all()")
-    service = await open_store(database, sweep_every=3600.0)  # sweeps at start, then hourly
-    try:
-        for _ in range(100):
-            if physical_rows(database, key) == 0:
-                break
-            await asyncio.sleep(0.05)
-        assert physical_rows(database, key) == 0
-        assert service._sweeper is not None and service._sweeper.runs >= 1
-    finally:
-        await service.close()
+        with conn.transaction():
+            conn.execute("SELECT 1 FROM memory_config FOR UPDATE")
+            assert await store.sweep() == 0
+    with app(database) as squatter:  # an advisory lock anyone may take no longer stops it
+        squatter.execute("SELECT pg_advisory_lock(hashtextextended('kagent.memory_sweep', 0))")
+        service = await open_store(database, sweep_every=3600.0)  # sweeps at start, hourly
+        try:
+            for _ in range(100):
+                if physical_rows(database, key) == 0:
+                    break
+                await asyncio.sleep(0.05)
+            assert physical_rows(database, key) == 0
+            assert service._sweeper is not None and service._sweeper.runs >= 1
+        finally:
+            await service.close()
     assert (await store.report()).violations == {}
 
 
@@ -481,3 +480,78 @@ async def test_sweeper_stops_cleanly_at_any_moment(database):
         await asyncio.wait_for(s.close(), 5)
     with pytest.raises(InvalidInput):
         await open_store(database, sweep_every=0.0)
+
+
+# -- 11. what a reviewer broke, refused now ---------------------------------------------------
+
+
+@pytest.mark.parametrize("isolation", ["REPEATABLE READ", "SERIALIZABLE"])
+async def test_an_old_snapshot_is_refused(store, two_scopes, database, isolation):
+    """REPEATABLE READ / SERIALIZABLE would count the cap and re-check the fence in an old
+    snapshot (the cap exceeded by parallel saves; rows readable after a verified erasure)."""
+    alice, _ = two_scopes
+    g = await store.generation(alice)
+    with app(database) as conn:
+        conn.execute(f"BEGIN ISOLATION LEVEL {isolation}")
+        assert refused(conn, "SELECT * FROM memory_search(%s,%s,%s,%s,%s,%s,%s,%s,%s::vector,5)",
+                       [*_key_args(alice), g, VERSION, _vector_literal("x")]) == "KGX01"
+        conn.execute("ROLLBACK")
+
+
+async def test_a_transaction_held_open_is_refused(store, two_scopes, database):
+    """now() is the transaction's start: a caller holding a transaction open would stretch
+    consent and entry expiry."""
+    alice, _ = two_scopes
+    g = await store.generation(alice)
+    with app(database) as conn:
+        conn.execute("BEGIN")
+        conn.execute("SELECT pg_sleep(5.2)")
+        assert refused(conn, "SELECT * FROM memory_search(%s,%s,%s,%s,%s,%s,%s,%s,%s::vector,5)",
+                       [*_key_args(alice), g, VERSION, _vector_literal("x")]) == "KGX01"
+        conn.execute("ROLLBACK")
+
+
+async def test_a_complete_erasure_is_verified_against_the_scopes_own_generation(store, database):
+    """Disable, then 'verify' with a made-up generation: the rows are still there, so the
+    erasure is not verified and the scope stays failed (it cannot be re-enabled)."""
+    key = make_key()
+    await store.grant(key, purpose=PURPOSE)
+    await save(store, key, "one", "two")
+    with app(database) as conn:
+        conn.execute("SELECT * FROM memory_disable(%s,%s,%s,%s,%s,%s)", _key_args(key))
+        row = conn.execute("SELECT * FROM memory_verify_erasure(%s,%s,%s,%s,%s,%s,0,NULL,true)",
+                           _key_args(key)).fetchone()
+        assert row[1] is None  # not verified
+        assert refused(conn, "SELECT * FROM memory_verify_erasure(%s,%s,%s,%s,%s,%s,NULL,"
+                             "gen_random_uuid(),true)", _key_args(key)) == "22023"
+    status = await store.status(key)
+    assert status.failure_reason is ReasonCode.VERIFICATION_FAILED and physical_rows(database,
+                                                                                      key) == 2
+
+
+async def test_admission_buckets_are_the_fenced_keys_own(store, two_scopes, database):
+    """Bucket names come from the fenced key, not the caller; a stamp cannot be in the future."""
+    alice, bob = two_scopes
+    gb = await store.generation(bob)
+    await Admission(store).admit(alice, await store.generation(alice), units=1, explicit=True)
+    before = dict(database.admin().execute(
+        "SELECT bucket, tokens FROM memory_admission_bucket").fetchall())
+    with app(database) as conn:  # Bob names Alice's buckets, infinite costs, 'infinity' clock
+        conn.execute("SELECT memory_admit(%s,%s,%s,%s,%s,%s,%s,%s,%s,ARRAY[1e308,1e308],"
+                     "ARRAY[1e308,1e308],ARRAY[0,0],ARRAY[86400,86400],'infinity')",
+                     [*_key_args(bob), gb, VERSION, list(before)])
+        assert refused(conn, "SELECT memory_admit(%s,%s,%s,%s,%s,%s,%s,%s,"
+                             "ARRAY['scope:x','scope:y'],ARRAY[1,1],ARRAY[5,5],ARRAY[5,5],"
+                             "ARRAY[60,60],NULL)", [*_key_args(bob), gb, VERSION]) == "22023"
+    after = dict(database.admin().execute(
+        "SELECT bucket, tokens FROM memory_admission_bucket").fetchall())
+    assert {k: after[k] for k in before} == before  # Alice's buckets untouched
+    assert database.scalar("SELECT max(updated_at) <= now() FROM memory_admission_bucket")
+
+
+async def test_consent_max_age_is_bounded(store, database):
+    key = make_key()
+    with app(database) as conn:
+        assert refused(conn, "SELECT * FROM memory_grant(%s,%s,%s,%s,%s,%s,%s,%s,'7 days',100,"
+                             "512,'infinity',768,'personal',ARRAY['example.org'])",
+                       [*_key_args(key), PURPOSE, VERSION]) == "22023"

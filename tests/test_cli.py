@@ -66,7 +66,7 @@ async def test_operator_commands_are_content_free(database):
     assert (body["enabled"], body["entry_count"], body["scope_id"]) == (True, 2, key.opaque_id)
     sweep = run("sweep", "--dsn", database.dsn)
     assert sweep.returncode == 0 and "deleted: 0" in sweep.stdout
-    off = run("offboard", "--dsn", database.dsn, "--principal", key.principal.mxid, "--json")
+    off = run("offboard", "--dsn", database.owner_dsn, "--principal", key.principal.mxid, "--json")
     assert off.returncode == 0, off.stderr
     report = json.loads(off.stdout)
     assert report["ok"] and report["scopes"][0]["deleted"] == 2

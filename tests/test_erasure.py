@@ -189,7 +189,7 @@ async def test_c4_disable_step_is_retried_when_the_connection_dies(database):
         await store.close()
 
 
-async def test_l2_offboarding_enumerates_exactly_one_principal(store, database):
+async def test_l2_offboarding_enumerates_exactly_one_principal(store, operator, database):
     alice = Principal(mxid="@alice:example.org", origin="native_local")
     alice_keys = [
         make_key(agent="planner"),
@@ -205,7 +205,7 @@ async def test_l2_offboarding_enumerates_exactly_one_principal(store, database):
 
     before = database.scalar("SELECT max(id) FROM memory_audit")
     alice_sids = [scope_uuid(database, k) for k in alice_keys]
-    report = await store.offboard(alice)
+    report = await operator.offboard(alice)
     assert report.principal_id == alice.opaque_id and report.ok
     assert {s.scope_id for s in report.scopes} == {k.opaque_id for k in alice_keys}
     assert sorted(s.deleted for s in report.scopes) == [0, 1, 2]
@@ -237,7 +237,8 @@ async def test_l2_offboarding_enumerates_exactly_one_principal(store, database):
     assert (await store.status(alice_keys[0])).enabled is False
 
 
-async def test_l2_partial_offboarding_failure_is_reported_and_stays_disabled(store, database):
+async def test_l2_partial_offboarding_failure_is_reported_and_stays_disabled(store, operator,
+                                                                           database):
     alice = Principal(mxid="@alice:example.org", origin="native_local")
     good, bad = make_key(agent="planner"), make_key(agent="coder")
     for key in (good, bad):
@@ -250,7 +251,7 @@ async def test_l2_partial_offboarding_failure_is_reported_and_stays_disabled(sto
         conn.execute(f"CREATE TRIGGER keep_rows BEFORE DELETE ON memory_entry FOR EACH ROW"
                      f" WHEN (OLD.scope_id = '{bad_sid}') EXECUTE FUNCTION keep_rows()")
     good_sid = scope_uuid(database, good)
-    report = await store.offboard(alice)
+    report = await operator.offboard(alice)
     outcomes = {s.scope_id: s.outcome for s in report.scopes}
     assert outcomes == {good.opaque_id: "cleared", bad.opaque_id: ReasonCode.VERIFICATION_FAILED}
     assert report.ok is False
@@ -263,8 +264,8 @@ async def test_l2_partial_offboarding_failure_is_reported_and_stays_disabled(sto
         await store.grant(bad, purpose=PURPOSE)
 
 
-async def test_l2_offboarding_a_principal_with_nothing(store):
-    report = await store.offboard(Principal(mxid="@nobody:example.org", origin="native_local"))
+async def test_l2_offboarding_a_principal_with_nothing(operator):
+    report = await operator.offboard(Principal(mxid="@nobody:example.org", origin="native_local"))
     assert report.scopes == () and report.ok
 
 

@@ -90,7 +90,7 @@ async def test_verify_finds_each_violation(store, database, damage, violation):
 def test_cli_errors_have_exit_codes(database):
     assert cli("verify").returncode == 2  # no DSN
     assert cli("verify", "--dsn", "host=x port=notaport ===").returncode == 2
-    bad_principal = cli("offboard", "--dsn", database.dsn, "--principal", "alice")
+    bad_principal = cli("offboard", "--dsn", database.owner_dsn, "--principal", "alice")
     assert bad_principal.returncode == 2 and "invalid_identity" in bad_principal.stderr
     unreachable = cli("sweep", "--dsn", "host=127.0.0.1 port=1 connect_timeout=1")
     assert unreachable.returncode == 3
@@ -110,7 +110,7 @@ async def test_offboard_cli_reports_progress_and_failures(store, database):
                      " AS $$ BEGIN RETURN NULL; END $$")
         conn.execute(f"CREATE TRIGGER keep_rows BEFORE DELETE ON memory_entry FOR EACH ROW"
                      f" WHEN (OLD.scope_id = '{sid}') EXECUTE FUNCTION keep_rows()")
-    done = cli("offboard", "--dsn", database.dsn, "--principal", key.principal.mxid)
+    done = cli("offboard", "--dsn", database.owner_dsn, "--principal", key.principal.mxid)
     assert done.returncode == 1
     assert "verification_failed" in done.stdout and "offboarding" in done.stderr
     assert key.principal.mxid not in done.stdout

@@ -6,6 +6,7 @@ DROP TABLE IF EXISTS memory_audit;
 DROP TABLE IF EXISTS memory_scope;
 DROP TABLE IF EXISTS memory_config;
 DROP TABLE IF EXISTS memory_principal_block;
+DROP TABLE IF EXISTS memory_principal_lock;
 DROP FUNCTION IF EXISTS memory_entry_fence();
 DROP FUNCTION IF EXISTS memory_scope_guard();
 DROP FUNCTION IF EXISTS memory_audit_append_only();

@@ -190,6 +190,13 @@ CREATE TABLE IF NOT EXISTS memory_principal_block (
     CONSTRAINT memory_principal_block_ref CHECK (octet_length(principal_ref) = 32)
 );
 
+-- One row per principal that ever consented or was offboarded: the row a grant locks FOR SHARE
+-- and an offboarding FOR UPDATE (memory_principal_lock), keyed by the same opaque reference.
+CREATE TABLE IF NOT EXISTS memory_principal_lock (
+    principal_ref BYTEA PRIMARY KEY,
+    CONSTRAINT memory_principal_lock_ref CHECK (octet_length(principal_ref) = 32)
+);
+
 -- B3: a stored row is immutable, also for the table owner (triggers are not bypassed by
 -- ownership).  Only session_replication_role = replica (superuser) skips this.
 CREATE OR REPLACE FUNCTION memory_entry_refuse_update() RETURNS trigger
@@ -297,8 +304,8 @@ CREATE OR REPLACE TRIGGER memory_entry_fence
 
 -- Privileges: nobody but the owner touches a table.  The service role gets EXECUTE on the
 -- entry points only (000005-000007); PUBLIC gets nothing, trigger functions included.
-REVOKE ALL ON memory_scope, memory_entry, memory_audit, memory_config, memory_principal_block
-    FROM PUBLIC, kagent_memory_service;
+REVOKE ALL ON memory_scope, memory_entry, memory_audit, memory_config, memory_principal_block,
+    memory_principal_lock FROM PUBLIC, kagent_memory_service;
 REVOKE ALL ON SEQUENCE memory_audit_id_seq FROM PUBLIC, kagent_memory_service;
 REVOKE ALL ON FUNCTION memory_entry_refuse_update(), memory_audit_append_only(),
     memory_scope_guard(), memory_entry_fence() FROM PUBLIC;
@@ -320,6 +327,8 @@ ALTER TABLE memory_config ENABLE ROW LEVEL SECURITY;
 ALTER TABLE memory_config FORCE ROW LEVEL SECURITY;
 ALTER TABLE memory_principal_block ENABLE ROW LEVEL SECURITY;
 ALTER TABLE memory_principal_block FORCE ROW LEVEL SECURITY;
+ALTER TABLE memory_principal_lock ENABLE ROW LEVEL SECURITY;
+ALTER TABLE memory_principal_lock FORCE ROW LEVEL SECURITY;
 
 DROP POLICY IF EXISTS memory_entry_scope_isolation ON memory_entry;
 CREATE POLICY memory_entry_scope_isolation ON memory_entry
@@ -343,6 +352,12 @@ CREATE POLICY memory_audit_owner_only ON memory_audit
 DROP POLICY IF EXISTS memory_config_owner_only ON memory_config;
 CREATE POLICY memory_config_owner_only ON memory_config
     USING ((SELECT c.relowner FROM pg_catalog.pg_class c WHERE c.oid = 'memory_config'::regclass)
+           = (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = current_user));
+
+DROP POLICY IF EXISTS memory_principal_lock_owner_only ON memory_principal_lock;
+CREATE POLICY memory_principal_lock_owner_only ON memory_principal_lock
+    USING ((SELECT c.relowner FROM pg_catalog.pg_class c
+             WHERE c.oid = 'memory_principal_lock'::regclass)
            = (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = current_user));
 
 DROP POLICY IF EXISTS memory_principal_block_owner_only ON memory_principal_block;

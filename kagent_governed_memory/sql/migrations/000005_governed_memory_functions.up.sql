@@ -81,6 +81,34 @@ BEGIN
 END
 $$;
 
+-- Every entry point first requires a READ COMMITTED transaction whose current statement is its
+-- first moments: a caller holding a REPEATABLE READ / SERIALIZABLE snapshot, or a transaction
+-- kept open, would otherwise read, count and fence through an old snapshot and an old now()
+-- (consent and entry expiry, the entry cap, a verified erasure).
+CREATE OR REPLACE FUNCTION memory_guard() RETURNS void
+LANGUAGE plpgsql VOLATILE AS $$
+BEGIN
+    IF current_setting('transaction_isolation') <> 'read committed'
+       OR statement_timestamp() - now() > INTERVAL '5 seconds' THEN
+        RAISE EXCEPTION 'transaction_refused' USING ERRCODE = 'KGX01';
+    END IF;
+END
+$$;
+
+-- The per-principal lock row a grant shares and an offboarding takes exclusively (row locks,
+-- not advisory locks: no caller can take or hold them outside these functions).
+CREATE OR REPLACE FUNCTION memory_principal_lock(p_ref BYTEA, p_exclusive BOOLEAN) RETURNS void
+LANGUAGE plpgsql VOLATILE AS $$
+BEGIN
+    INSERT INTO memory_principal_lock (principal_ref) VALUES (p_ref) ON CONFLICT DO NOTHING;
+    IF p_exclusive THEN
+        PERFORM 1 FROM memory_principal_lock WHERE principal_ref = p_ref FOR UPDATE;
+    ELSE
+        PERFORM 1 FROM memory_principal_lock WHERE principal_ref = p_ref FOR SHARE;
+    END IF;
+END
+$$;
+
 -- An opaque reference to a principal: salted, so the block table holds no MXID and no hash a
 -- dictionary of MXIDs could reverse without the salt.
 CREATE OR REPLACE FUNCTION memory_principal_ref(p_mxid TEXT, p_origin TEXT) RETURNS BYTEA
@@ -114,10 +142,12 @@ DECLARE
     s memory_scope%ROWTYPE;
     server TEXT;
 BEGIN
+    PERFORM memory_guard();
     IF p_kind IS DISTINCT FROM 'control_room' OR p_origin IS DISTINCT FROM 'native_local' THEN
         RAISE EXCEPTION 'scope_denied' USING ERRCODE = 'KGD01';
     END IF;
-    IF p_consent_max_age IS NULL OR p_consent_max_age <= INTERVAL '0' THEN
+    IF p_consent_max_age IS NULL OR p_consent_max_age <= INTERVAL '0'
+       OR p_consent_max_age > INTERVAL '3650 days' THEN
         RAISE EXCEPTION 'invalid_argument' USING ERRCODE = '22023';
     END IF;
     p_output_audience := ARRAY(SELECT DISTINCT a FROM unnest(p_output_audience) a ORDER BY 1);
@@ -132,7 +162,7 @@ BEGIN
     END IF;
     -- L2: shared with the offboarding's exclusive lock, so a grant either commits before the
     -- offboarding looks for scopes, or sees its block and is refused.
-    PERFORM pg_advisory_xact_lock_shared(hashtextextended('kagent.memory_principal:' || p_mxid, 0));
+    PERFORM memory_principal_lock(memory_principal_ref(p_mxid, p_origin), false);
     IF EXISTS (SELECT FROM memory_principal_block b
                 WHERE b.principal_ref = memory_principal_ref(p_mxid, p_origin)) THEN
         RAISE EXCEPTION 'principal_offboarded' USING ERRCODE = 'KGD03';
@@ -187,13 +217,18 @@ CREATE OR REPLACE FUNCTION memory_generation(
     p_mxid TEXT, p_origin TEXT, p_namespace TEXT, p_agent TEXT, p_kind TEXT, p_room TEXT,
     p_policy_version TEXT, p_classification TEXT, p_output_audience TEXT[])
 RETURNS BIGINT
-LANGUAGE sql STABLE SECURITY DEFINER SET search_path FROM CURRENT AS $$
-    SELECT s.generation
-      FROM memory_scope_row(p_mxid, p_origin, p_namespace, p_agent, p_kind, p_room) s
-     WHERE s.enabled AND s.consent_expires_at > now() AND s.policy_version = p_policy_version
-       AND (p_classification IS NULL OR s.classification = p_classification)
-       AND (p_output_audience IS NULL
-            OR s.output_audience = ARRAY(SELECT DISTINCT unnest(p_output_audience) ORDER BY 1))
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT AS $$
+BEGIN
+    PERFORM memory_guard();
+    RETURN (
+        SELECT s.generation
+          FROM memory_scope_row(p_mxid, p_origin, p_namespace, p_agent, p_kind, p_room) s
+         WHERE s.enabled AND s.consent_expires_at > now() AND s.policy_version = p_policy_version
+           AND (p_classification IS NULL OR s.classification = p_classification)
+           AND (p_output_audience IS NULL
+                OR s.output_audience
+                   = ARRAY(SELECT DISTINCT a FROM unnest(p_output_audience) a ORDER BY 1)));
+END
 $$;
 
 -- Fenced save (C3, B3, B4): all facts or none.  The insert trigger re-checks the fence under
@@ -207,6 +242,7 @@ LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT AS $$
 DECLARE
     s memory_scope%ROWTYPE;
 BEGIN
+    PERFORM memory_guard();
     IF coalesce(cardinality(p_contents), 0) = 0
        OR cardinality(p_contents) IS DISTINCT FROM cardinality(p_embeddings) THEN
         RAISE EXCEPTION 'invalid_argument' USING ERRCODE = '22023';
@@ -239,6 +275,7 @@ LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT AS $$
 DECLARE
     s memory_scope%ROWTYPE;
 BEGIN
+    PERFORM memory_guard();
     IF p_limit IS NULL OR p_limit < 1 OR p_limit > 50 OR p_embedding IS NULL THEN
         RAISE EXCEPTION 'invalid_argument' USING ERRCODE = '22023';
     END IF;
@@ -270,6 +307,7 @@ LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT AS $$
 DECLARE
     s memory_scope%ROWTYPE;
 BEGIN
+    PERFORM memory_guard();
     IF p_limit IS NULL OR p_limit < 1 OR p_limit > 51 THEN
         RAISE EXCEPTION 'invalid_argument' USING ERRCODE = '22023';
     END IF;
@@ -298,6 +336,7 @@ LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT AS $$
 DECLARE
     s memory_scope%ROWTYPE;
 BEGIN
+    PERFORM memory_guard();
     s := memory_scope_row(p_mxid, p_origin, p_namespace, p_agent, p_kind, p_room);
     IF s.id IS NULL THEN
         RETURN;
@@ -323,6 +362,7 @@ DECLARE
     s memory_scope%ROWTYPE;
     n BIGINT := 0;
 BEGIN
+    PERFORM memory_guard();
     s := memory_scope_row(p_mxid, p_origin, p_namespace, p_agent, p_kind, p_room);
     IF s.id IS NOT NULL THEN
         PERFORM memory_bind_scope(s.id);
@@ -344,6 +384,7 @@ LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT AS $$
 DECLARE
     s memory_scope%ROWTYPE;
 BEGIN
+    PERFORM memory_guard();
     UPDATE memory_scope
        SET enabled = false, generation = memory_scope.generation + 1,
            failure_reason = 'erasure_pending', failure_at = now()
@@ -364,9 +405,10 @@ RETURNS TABLE (scope_id UUID, agent_namespace TEXT, agent_name TEXT, scope_kind 
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT AS $$
 #variable_conflict use_column
 BEGIN
+    PERFORM memory_guard();
     -- Block first, under the lock every grant of this principal shares: grants in flight
     -- commit before the UPDATE below takes its snapshot, later ones see the block.
-    PERFORM pg_advisory_xact_lock(hashtextextended('kagent.memory_principal:' || p_mxid, 0));
+    PERFORM memory_principal_lock(memory_principal_ref(p_mxid, p_origin), true);
     INSERT INTO memory_principal_block (principal_ref)
     VALUES (memory_principal_ref(p_mxid, p_origin))
     ON CONFLICT (principal_ref) DO NOTHING;
@@ -401,6 +443,7 @@ DECLARE
     s memory_scope%ROWTYPE;
     n BIGINT := 0;
 BEGIN
+    PERFORM memory_guard();
     s := memory_scope_lock(p_mxid, p_origin, p_namespace, p_agent, p_kind, p_room);
     IF s.id IS NULL THEN
         RETURN;
@@ -434,10 +477,19 @@ DECLARE
     readable  BIGINT;
     remaining BIGINT;
 BEGIN
+    PERFORM memory_guard();
+    IF p_complete AND p_entry_id IS NOT NULL THEN
+        RAISE EXCEPTION 'invalid_argument' USING ERRCODE = '22023';
+    END IF;
     s := memory_scope_lock(p_mxid, p_origin, p_namespace, p_agent, p_kind, p_room);
     IF s.id IS NULL THEN
         RETURN QUERY SELECT NULL::BIGINT, now();
         RETURN;
+    END IF;
+    -- A complete erasure is verified against the scope's own current generation, never a
+    -- caller's number: every row written before it must be gone.
+    IF p_complete THEN
+        p_generation := s.generation;
     END IF;
     PERFORM memory_bind_scope(s.id);
     SELECT count(*) INTO readable FROM memory_readable(s.id) r
@@ -478,6 +530,7 @@ LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT AS $$
 DECLARE
     s memory_scope%ROWTYPE;
 BEGIN
+    PERFORM memory_guard();
     UPDATE memory_scope
        SET enabled = false, failure_reason = p_reason, failure_at = now()
      WHERE id = (memory_scope_row(p_mxid, p_origin, p_namespace, p_agent, p_kind, p_room)).id
@@ -495,6 +548,7 @@ LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT AS $$
 DECLARE
     server TEXT;
 BEGIN
+    PERFORM memory_guard();
     UPDATE memory_config SET local_server = p_local_server
      WHERE local_server IS NULL AND p_local_server IS NOT NULL
     RETURNING local_server INTO server;
@@ -519,6 +573,7 @@ DECLARE
     done BIGINT := 0;
     kept_n BIGINT := 0;
 BEGIN
+    PERFORM memory_guard();
     IF NOT EXISTS (SELECT FROM memory_principal_block b
                     WHERE b.principal_ref = memory_principal_ref(p_mxid, p_origin)) THEN
         RAISE EXCEPTION 'consent_required' USING ERRCODE = 'KGC01';  -- not being offboarded
@@ -547,7 +602,8 @@ LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT AS $$
 DECLARE
     n BIGINT;
 BEGIN
-    PERFORM pg_advisory_xact_lock(hashtextextended('kagent.memory_principal:' || p_mxid, 0));
+    PERFORM memory_guard();
+    PERFORM memory_principal_lock(memory_principal_ref(p_mxid, p_origin), true);
     DELETE FROM memory_principal_block
      WHERE principal_ref = memory_principal_ref(p_mxid, p_origin);
     GET DIAGNOSTICS n = ROW_COUNT;
@@ -567,6 +623,8 @@ REVOKE ALL ON FUNCTION
     memory_fence_check(memory_scope, BIGINT, TEXT),
     memory_principal_ref(TEXT, TEXT),
     memory_audit_write(UUID, TEXT, TEXT, BIGINT, BIGINT),
+    memory_guard(),
+    memory_principal_lock(BYTEA, BOOLEAN),
     memory_grant(TEXT, TEXT, TEXT, TEXT, TEXT, TEXT, TEXT, TEXT, INTERVAL, INTEGER, INTEGER, INTERVAL, INTEGER, TEXT, TEXT[]),
     memory_generation(TEXT, TEXT, TEXT, TEXT, TEXT, TEXT, TEXT, TEXT, TEXT[]),
     memory_save(TEXT, TEXT, TEXT, TEXT, TEXT, TEXT, BIGINT, TEXT, TEXT[], vector[]),
@@ -603,10 +661,11 @@ GRANT EXECUTE ON FUNCTION
     memory_status(TEXT, TEXT, TEXT, TEXT, TEXT, TEXT),
     memory_forget(TEXT, TEXT, TEXT, TEXT, TEXT, TEXT, UUID),
     memory_disable(TEXT, TEXT, TEXT, TEXT, TEXT, TEXT),
-    memory_disable_principal(TEXT, TEXT),
     memory_clear(TEXT, TEXT, TEXT, TEXT, TEXT, TEXT, BOOLEAN),
     memory_verify_erasure(TEXT, TEXT, TEXT, TEXT, TEXT, TEXT, BIGINT, UUID, BOOLEAN),
     memory_record_failure(TEXT, TEXT, TEXT, TEXT, TEXT, TEXT, TEXT),
-    memory_configure(TEXT),
-    memory_purge_principal(TEXT, TEXT)
+    memory_configure(TEXT)
 TO kagent_memory_service;
+-- Offboarding (memory_disable_principal, memory_purge_principal) and lifting a block
+-- (memory_unblock_principal) are operator paths: the owner's, not the service role's.  The
+-- first returns every key of a principal, which the service role must not learn from an MXID.

@@ -46,13 +46,17 @@ CREATE OR REPLACE FUNCTION memory_admit(
 RETURNS INTEGER
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT AS $$
 DECLARE
-    t       TIMESTAMPTZ := coalesce(p_now, now());
+    -- never later than the database clock: a bucket cannot be stamped into the future
+    t       TIMESTAMPTZ := least(coalesce(p_now, now()), now());
     n       INTEGER := coalesce(cardinality(p_buckets), 0);
+    s       memory_scope%ROWTYPE;
+    names   TEXT[] := ARRAY[]::TEXT[];
     b       memory_admission_bucket%ROWTYPE;
     avail   DOUBLE PRECISION[] := ARRAY[]::DOUBLE PRECISION[];
     stamp   TIMESTAMPTZ[] := ARRAY[]::TIMESTAMPTZ[];
     refused INTEGER := 0;
 BEGIN
+    PERFORM memory_guard();
     IF n = 0 OR n > 8
        OR cardinality(p_costs) IS DISTINCT FROM n OR cardinality(p_capacities) IS DISTINCT FROM n
        OR cardinality(p_refill) IS DISTINCT FROM n
@@ -65,16 +69,30 @@ BEGIN
             RAISE EXCEPTION 'invalid_argument' USING ERRCODE = '22023';
         END IF;
     END LOOP;
-    PERFORM memory_fence_check(
-        memory_scope_row(p_mxid, p_origin, p_namespace, p_agent, p_kind, p_room),
-        p_generation, p_policy_version);
+    s := memory_scope_row(p_mxid, p_origin, p_namespace, p_agent, p_kind, p_room);
+    PERFORM memory_fence_check(s, p_generation, p_policy_version);
+    -- The bucket names are the fenced key's, derived here: a caller names only the kind, so
+    -- it can never spend or exhaust another key's budget.
+    FOR i IN 1..n LOOP
+        IF p_buckets[i] LIKE 'scope:%' THEN
+            names := names || ('scope:' || replace(s.id::text, '-', ''));
+        ELSIF p_buckets[i] LIKE 'sender:%' THEN
+            names := names || ('sender:' || left(encode(sha256(convert_to(
+                p_mxid || '/' || p_namespace || '/' || p_agent, 'UTF8')), 'hex'), 32));
+        ELSE
+            RAISE EXCEPTION 'invalid_argument' USING ERRCODE = '22023';
+        END IF;
+    END LOOP;
+    IF (SELECT count(DISTINCT x) FROM unnest(names) x) <> n THEN
+        RAISE EXCEPTION 'invalid_argument' USING ERRCODE = '22023';
+    END IF;
     INSERT INTO memory_admission_bucket (bucket, tokens, updated_at)
-    SELECT u.bucket, u.capacity, t FROM unnest(p_buckets, p_capacities) AS u(bucket, capacity)
+    SELECT u.bucket, u.capacity, t FROM unnest(names, p_capacities) AS u(bucket, capacity)
     ON CONFLICT (bucket) DO NOTHING;
-    PERFORM 1 FROM memory_admission_bucket WHERE bucket = ANY (p_buckets)
+    PERFORM 1 FROM memory_admission_bucket WHERE bucket = ANY (names)
      ORDER BY bucket FOR UPDATE;
     FOR i IN 1..n LOOP
-        SELECT * INTO b FROM memory_admission_bucket WHERE bucket = p_buckets[i];
+        SELECT * INTO b FROM memory_admission_bucket WHERE bucket = names[i];
         avail := avail || least(
             p_capacities[i],
             b.tokens + greatest(0, extract(epoch FROM t - b.updated_at)::DOUBLE PRECISION)
@@ -88,7 +106,7 @@ BEGIN
         FOR i IN 1..n LOOP
             UPDATE memory_admission_bucket
                SET tokens = avail[i] - p_costs[i], updated_at = stamp[i]
-             WHERE bucket = p_buckets[i];
+             WHERE bucket = names[i];
         END LOOP;
     END IF;
     RETURN refused;

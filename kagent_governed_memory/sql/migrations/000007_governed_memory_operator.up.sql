@@ -35,6 +35,7 @@ DECLARE
     stale    BIGINT;
     too_long BIGINT;
 BEGIN
+    PERFORM memory_guard();
     scopes := 0; scopes_enabled := 0; scopes_failed := 0; entries_live := 0;
     entries_expired := 0; expired_readable := 0; stale_generation := 0; ttl_exceeded := 0;
     over_cap_scopes := 0; rows_in_disabled_scopes := 0; expired_overdue := 0;
@@ -80,8 +81,7 @@ $$;
 -- L3: physical deletion of expired rows, scope by scope through the same row-level security
 -- binding (no bypass policy exists); then audit rows past their 400-day retention (000004) and
 -- admission buckets idle for a day (full again by then, so dropping one changes no decision).
--- One sweep at a time across replicas (advisory lock): a second concurrent call returns 0 at
--- once.  Idempotent.
+-- One sweep at a time across replicas: a second concurrent call returns 0 at once.  Idempotent.
 CREATE OR REPLACE FUNCTION memory_sweep() RETURNS BIGINT
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT AS $$
 DECLARE
@@ -89,7 +89,11 @@ DECLARE
     n     BIGINT;
     total BIGINT := 0;
 BEGIN
-    IF NOT pg_try_advisory_xact_lock(hashtextextended('kagent.memory_sweep', 0)) THEN
+    PERFORM memory_guard();
+    -- One sweep at a time: the config row's lock (a row lock, which no caller can hold
+    -- outside this function's transaction, unlike an advisory lock).
+    PERFORM 1 FROM memory_config WHERE singleton FOR UPDATE SKIP LOCKED;
+    IF NOT FOUND THEN
         RETURN 0;
     END IF;
     FOR sid IN SELECT id FROM memory_scope ORDER BY id LOOP
