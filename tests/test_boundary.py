@@ -555,3 +555,11 @@ async def test_consent_max_age_is_bounded(store, database):
         assert refused(conn, "SELECT * FROM memory_grant(%s,%s,%s,%s,%s,%s,%s,%s,'7 days',100,"
                              "512,'infinity',768,'personal',ARRAY['example.org'])",
                        [*_key_args(key), PURPOSE, VERSION]) == "22023"
+
+
+async def test_consent_for_a_remote_output_audience_is_refused(store):
+    from kagent_governed_memory import ScopeDenied as Denied
+
+    with pytest.raises(Denied):
+        await store.grant(make_key(), purpose=PURPOSE,
+                          output_audience=["example.org", "partner.example"])

@@ -157,6 +157,8 @@ BEGIN
     IF server IS NULL
        OR substr(p_mxid, strpos(p_mxid, ':') + 1) IS DISTINCT FROM server
        OR (strpos(p_room, ':') > 0 AND substr(p_room, strpos(p_room, ':') + 1) IS DISTINCT FROM server)
+       -- and memory is never used where replies reach another homeserver (S5)
+       OR p_output_audience IS DISTINCT FROM ARRAY[server]
     THEN
         RAISE EXCEPTION 'remote_server_denied' USING ERRCODE = 'KGD02';
     END IF;
