@@ -129,3 +129,18 @@ def test_upstream_sql_is_read_from_a_source_not_shipped(tmp_path, monkeypatch):
         upstream_sql.to_psycopg("SELECT $1, $3")
     with pytest.raises(upstream_sql.UpstreamSourceError):
         upstream_sql.to_psycopg("SELECT sqlc.arg(name)")
+
+
+def test_boundary_ab_runs_at_a_tiny_size():
+    """benchmarks/boundary_ab.py: the earlier commit's migrations from git, this tree's, one
+    database; both sides answer and are timed."""
+    import importlib.util
+
+    path = Path(__file__).parent.parent / "benchmarks" / "boundary_ab.py"
+    spec = importlib.util.spec_from_file_location("boundary_ab", path)
+    assert spec and spec.loader
+    ab = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ab)
+    times = ab.run("61a202f", scopes=3, facts=5, iters=6)
+    assert {k: len(v) for k, v in times.items()} == {
+        ("search", "old"): 6, ("search", "new"): 6, ("save", "old"): 6, ("save", "new"): 6}

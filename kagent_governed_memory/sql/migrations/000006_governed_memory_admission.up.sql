@@ -25,11 +25,13 @@ CREATE INDEX IF NOT EXISTS idx_memory_admission_bucket_updated
 REVOKE ALL ON memory_admission_bucket FROM PUBLIC, kagent_memory_service;
 ALTER TABLE memory_admission_bucket ENABLE ROW LEVEL SECURITY;
 ALTER TABLE memory_admission_bucket FORCE ROW LEVEL SECURITY;
-DROP POLICY IF EXISTS memory_admission_bucket_owner_only ON memory_admission_bucket;
-CREATE POLICY memory_admission_bucket_owner_only ON memory_admission_bucket
-    USING ((SELECT c.relowner FROM pg_catalog.pg_class c
-             WHERE c.oid = 'memory_admission_bucket'::regclass)
-           = (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = current_user));
+DO $$
+BEGIN  -- the owner as a constant, as in 000004
+    EXECUTE 'DROP POLICY IF EXISTS memory_admission_bucket_owner_only ON memory_admission_bucket';
+    EXECUTE format('CREATE POLICY memory_admission_bucket_owner_only ON memory_admission_bucket'
+                   ' USING (current_user = %L)', current_user);
+END
+$$;
 
 -- After the fence for the typed key (p_generation under p_policy_version, as in memory_save),
 -- consume p_costs[i] from every bucket p_buckets[i] (capacity p_capacities[i], refilled by
