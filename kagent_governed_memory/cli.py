@@ -75,20 +75,18 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("verify", parents=[common],
                    help="check the store's invariants; non-zero exit on any violation"
                    ).set_defaults(handler=_with_store(_verify))
-    off = sub.add_parser("offboard", parents=[common],
-                         help="block, disable, clear and verify every scope of one principal; "
-                         "--dsn is the OWNER role")
-    off.add_argument("--principal", required=True, help="complete MXID")
-    off.add_argument("--origin", default=OriginKind.NATIVE_LOCAL.value,
-                     choices=[o.value for o in OriginKind])
-    off.set_defaults(handler=_with_store(_offboard, privileged=True))
-    unblock = sub.add_parser("unblock", parents=[common],
-                             help="lift an offboarding block so the principal may consent again; "
-                             "--dsn is the OWNER role")
-    unblock.add_argument("--principal", required=True, help="complete MXID")
-    unblock.add_argument("--origin", default=OriginKind.NATIVE_LOCAL.value,
-                         choices=[o.value for o in OriginKind])
-    unblock.set_defaults(handler=_with_store(_unblock, privileged=True))
+    operator = argparse.ArgumentParser(add_help=False, parents=[common])
+    operator.add_argument("--principal", required=True, help="complete MXID")
+    operator.add_argument("--origin", default=OriginKind.NATIVE_LOCAL.value,
+                          choices=[o.value for o in OriginKind])
+    sub.add_parser("offboard", parents=[operator],
+                   help="block, disable, clear and verify every scope of one principal; "
+                   "--dsn is the OWNER role").set_defaults(
+        handler=_with_store(_offboard, privileged=True))
+    sub.add_parser("unblock", parents=[operator],
+                   help="lift an offboarding block so the principal may consent again; "
+                   "--dsn is the OWNER role").set_defaults(
+        handler=_with_store(_unblock, privileged=True))
     return p
 
 
