@@ -18,7 +18,8 @@ import hashlib
 from collections.abc import Callable
 from datetime import datetime
 
-from .errors import AdmissionDenied, ConsentRequired, InvalidInput, ReasonCode
+from ._validate import _generation
+from .errors import AdmissionDenied, InvalidInput, ReasonCode
 from .identity import ScopeKey
 from .policy import MemoryPolicy
 from .store import GovernedMemoryStore, _key
@@ -48,10 +49,7 @@ class Admission:
         The consent fence is checked in the same transaction: a withdrawn, stale, expired or
         re-versioned ``generation`` raises ``ConsentRequired``/``StaleGeneration`` and admits
         no work."""
-        if generation is None:
-            raise ConsentRequired(ReasonCode.CONSENT_REQUIRED)
-        if not isinstance(generation, int) or isinstance(generation, bool) or generation < 0:
-            raise InvalidInput(ReasonCode.INVALID_ARGUMENT, field="generation")
+        generation = _generation(generation)
         if not isinstance(units, int) or isinstance(units, bool) or units < 1:
             raise InvalidInput(ReasonCode.INVALID_ARGUMENT, field="units")
         p = self.policy

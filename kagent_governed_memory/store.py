@@ -32,6 +32,8 @@ from ._validate import (  # noqa: F401 - _check_fact is also the service's early
     _reason,
     _vector,
 )
+from .assertion import CLASSIFICATION
+from .assertion import _audience as _servers
 from .errors import (
     ErasureFailed,
     GovernanceError,
@@ -53,7 +55,6 @@ from .models import (
     ScopeStatus,
     StoreReport,
 )
-from .assertion import CLASSIFICATION, _audience as _servers
 from .policy import PROTOTYPE_POLICY, MemoryPolicy
 from .sweeper import Sweeper
 

@@ -1,6 +1,6 @@
 """``GovernedMemoryService``: a google-adk ``BaseMemoryService`` over the governed store.
 
-Every operation follows one path (ARCHITECTURE.md): request binding verified → key resolved
+Every operation follows one path: request binding verified → key resolved
 (S4, S5) → generation captured once per request (C3) → admission (A1) → model/embedding work →
 fenced SQL.  Any "no" on that path means *no memory* for this request, with a content-free
 reason counted; the chat itself never sees an error from here.
