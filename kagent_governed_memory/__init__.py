@@ -34,6 +34,14 @@ from .errors import (
     StoreUnavailable,
 )
 from .identity import AgentIdentity, MemoryScope, OriginKind, Principal, ScopeKey, ScopeKind
+from .keys import (
+    generate_private_key,
+    load_private_key,
+    load_public_keys,
+    private_key_from_env,
+    public_keys_from_env,
+)
+from .ledger import redeem_scope_assertion
 from .migrations import SERVICE_ROLE, migrate
 from .models import (
     ConsentReceipt,
@@ -48,7 +56,7 @@ from .models import (
 )
 from .otel_logs import ContentFreeLogRecordProcessor
 from .policy import PROTOTYPE_POLICY, MemoryPolicy
-from .request import memory_request
+from .request import ASSERTION_HEADER, memory_request
 from .store import EMBEDDING_DIMENSION, GovernedMemoryStore
 from .telemetry import (
     ContentFreeSpanProcessor,
@@ -71,6 +79,7 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = [
+    "ASSERTION_HEADER",
     "EMBEDDING_DIMENSION",
     "PROTOTYPE_POLICY",
     "SERVICE_ROLE",
@@ -120,11 +129,17 @@ __all__ = [
     "check_control_room",
     "check_control_room_events",
     "configure_governed_memory",
+    "generate_private_key",
     "install_content_free_logging",
+    "load_private_key",
+    "load_public_keys",
     "memory_request",
     "migrate",
     "parse_memory_command",
+    "private_key_from_env",
+    "public_keys_from_env",
     "recheck_before_send",
+    "redeem_scope_assertion",
     "sign_scope_assertion",
     "verify_scope_assertion",
 ]

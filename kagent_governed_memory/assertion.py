@@ -1,30 +1,56 @@
-"""The bridge-signed scope assertion (S6): the only thing that makes a request memory-eligible.
+"""The bridge-signed scope assertion (S6, T1): the only thing that makes a request memory-eligible.
 
 ADK's ``user_id``/``app_name`` and kagent's ``X-User-Id`` are attribution: any caller of the
 agent can set them.  The bridge, which has seen the Matrix event and checked the control room,
-signs the exact scope key plus the output audience with a shared secret; the agent runtime
-verifies it here.  Missing, forged, expired or mismatched → no memory.
+signs the exact scope of *one request* with its Ed25519 private key; the agent runtime (direct
+mode) or the kagent controller verifies it with public keys only, so no process that runs an
+agent can mint one.  Missing, forged, expired, replayed or mismatched → no memory.
 
-Token: ``"v1." + b64url(payload) + "." + b64url(HMAC-SHA256(secret, b"v1." + b64url(payload)))``
-(unpadded), payload = canonical JSON of ``v, sub, org, ns, agt, room, aud, iat, exp`` in that
-order.  Only the canonical encoding verifies, so one assertion has exactly one token.
+The token is a compact JWS/JWT (RFC 7515/7519) signed with EdDSA over Ed25519 (RFC 8037)::
+
+    header  {"alg": "EdDSA", "kid": <key id>, "typ": "JWT"}
+    claims  {"iss": <the bridge>, "aud": "<namespace>/<agent>", "sub": <MXID>,
+             "org": <origin kind>, "room": <control room id>, "cls": <classification>,
+             "out": [<homeserver>, ...] (the output audience, sorted, unique),
+             "ctx": <A2A context id>, "iat": <s>, "exp": <s>, "jti": <16-64 base64url chars>}
+
+Exactly these claims; ``0 < exp - iat <= 60``.  Verification, in this order (the first failure
+is the verdict; the shared test vectors in ``tests/vectors`` pin it for every verifier):
+
+1. at most 4096 ASCII characters, three canonical unpadded base64url segments, JSON objects
+   without duplicate members → else ``assertion_invalid``;
+2. header members only ``alg``/``kid``/``typ``, ``alg`` exactly ``EdDSA`` (never ``none`` or
+   ``HS*``), ``typ`` absent or ``JWT`` → else ``assertion_invalid``;
+3. ``kid`` names a configured public key → else ``assertion_unknown_key``;
+4. the Ed25519 signature verifies (PyJWT) → else ``assertion_invalid``;
+5. the claims are exactly the set above, well typed, valid identities, ``iss`` the configured
+   issuer, lifetime at most 60 s → else ``assertion_invalid``;
+6. ``iat`` no more than ``leeway`` in the future → else ``assertion_invalid``;
+   ``now < exp + leeway`` → else ``assertion_expired`` (``leeway`` 5 s by default, at most 30 s);
+7. ``aud`` is this agent → else ``agent_mismatch``; ``ctx`` the request's A2A context → else
+   ``context_mismatch``.
+
+Then the ``jti`` is redeemed once in PostgreSQL (``ledger.redeem_scope_assertion``, in the
+transaction that captures the request's generation): a replay, on any replica, is
+``assertion_replayed``.
 
 Every error raised here is content-free and raised outside any ``except`` block: a chained
-``ValueError`` or ``InvalidIdentity`` would otherwise carry the token or an identity with it.
+library error or ``InvalidIdentity`` would otherwise carry the token or an identity with it.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
-import hashlib
-import hmac
 import json
 import re
-from collections.abc import Iterator, Sequence
+import secrets
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import jwt
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from pydantic import BaseModel, model_validator
 
 from .errors import GovernanceError, InvalidIdentity, InvalidInput, ReasonCode, ScopeDenied
@@ -38,28 +64,34 @@ from .identity import (
     _fields,
     _valid_server_name,
 )
+from .keys import KID, key_id
 
 __all__ = [
+    "DEFAULT_LEEWAY",
+    "MAX_LEEWAY",
     "MAX_LIFETIME",
     "MAX_TOKEN_CHARS",
-    "MIN_SECRET_BYTES",
     "ScopeAssertion",
     "sign_scope_assertion",
     "verify_scope_assertion",
 ]
 
-MAX_LIFETIME = timedelta(minutes=5)  # an assertion covers one request, not a session
-MAX_SKEW = MAX_LIFETIME  # a larger clock allowance would quietly outlive MAX_LIFETIME
+MAX_LIFETIME = timedelta(seconds=60)  # an assertion covers one request, not a session
+DEFAULT_LIFETIME = timedelta(seconds=30)
+DEFAULT_LEEWAY = timedelta(seconds=5)  # clock skew allowed between the bridge and a verifier
+MAX_LEEWAY = timedelta(seconds=30)  # the ledger (000008) keeps a jti 10 minutes past exp
 MAX_TOKEN_CHARS = 4096  # checked before any decoding
-MIN_SECRET_BYTES = 32  # HMAC-SHA256 key: at least the digest size
 
-_VERSION = "v1"
-_PREFIX = b"v1."
-_B64URL = re.compile(r"^[A-Za-z0-9_-]+$")
-_MAC_B64_CHARS = 43  # 32 bytes, unpadded
-_KEYS = ("v", "sub", "org", "ns", "agt", "room", "cls", "aud", "iat", "exp")
+ALGORITHM = "EdDSA"
 CLASSIFICATION = re.compile(r"[a-z][a-z0-9_]{0,31}")
 DEFAULT_CLASSIFICATION = "personal"
+ISSUER = re.compile(r"[\x21-\x7e]{1,256}")
+CONTEXT_ID = re.compile(r"[\x21-\x7e]{1,256}")
+JTI = re.compile(r"[A-Za-z0-9_-]{16,64}")
+_CLAIMS = frozenset({"iss", "aud", "sub", "org", "room", "cls", "out", "ctx", "iat", "exp", "jti"})
+_HEADER = frozenset({"alg", "kid", "typ"})
+_B64URL = re.compile(r"[A-Za-z0-9_-]+")
+_SIGNATURE_B64_CHARS = 86  # 64 bytes, unpadded
 _MAX_TS = 253402300799  # 9999-12-31T23:59:59Z, the last second datetime can hold
 _ONE_SECOND = timedelta(seconds=1)
 
@@ -95,8 +127,9 @@ def _audience(value: Any) -> tuple[str, ...] | None:
 
 
 class ScopeAssertion(BaseModel):
-    """A verified statement by the bridge: this principal, via this agent, in this control room,
-    with output going to exactly these homeservers, between ``issued_at`` and ``expires_at``."""
+    """A verified statement by the bridge (``issuer``): this principal, via this agent, in this
+    control room and A2A context, with output going to exactly these homeservers, for one
+    request (``jti``) between ``issued_at`` and ``expires_at``."""
 
     model_config = _FROZEN
 
@@ -107,13 +140,16 @@ class ScopeAssertion(BaseModel):
     audience: tuple[str, ...]  # the output audience: every homeserver the reply reaches
     issued_at: datetime
     expires_at: datetime
+    issuer: str
+    context_id: str  # the A2A context (kagent: the ADK session) of the one request
+    jti: str  # single use: redeemed once in the database (ledger.redeem_scope_assertion)
 
     @model_validator(mode="before")
     @classmethod
     def _check(cls, data: Any) -> Any:
         data = _fields(data, "scope_assertion",
                        {"principal", "agent", "room_id", "classification", "audience",
-                        "issued_at", "expires_at"})
+                        "issued_at", "expires_at", "issuer", "context_id", "jti"})
         out: dict[str, Any] = {}
         for field, typ in (("principal", Principal), ("agent", AgentIdentity)):
             value = data.get(field)
@@ -138,6 +174,11 @@ class ScopeAssertion(BaseModel):
         if not timedelta(0) < expires - issued <= MAX_LIFETIME:  # no overflow near datetime.max
             raise InvalidInput(ReasonCode.INVALID_ARGUMENT, field="assertion_lifetime")
         out["issued_at"], out["expires_at"] = issued, expires
+        for field, pattern in (("issuer", ISSUER), ("context_id", CONTEXT_ID), ("jti", JTI)):
+            value = data.get(field)
+            if not isinstance(value, str) or not pattern.fullmatch(value):
+                raise InvalidInput(ReasonCode.INVALID_ARGUMENT, field=field)
+            out[field] = value
         return out
 
     @property
@@ -163,67 +204,42 @@ class ScopeAssertion(BaseModel):
         yield "expires_at", self.expires_at.isoformat()
 
 
-def _valid_secret(secret: Any) -> bool:
-    return isinstance(secret, bytes) and len(secret) >= MIN_SECRET_BYTES
 
 
-def _b64(raw: bytes) -> str:
-    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
-
-
-def _unb64(segment: str) -> bytes | None:
-    """Strict unpadded base64url: only the canonical spelling of some bytes decodes."""
-    if not _B64URL.fullmatch(segment) or len(segment) % 4 == 1:
-        return None
-    try:
-        raw = base64.urlsafe_b64decode(segment + "=" * (-len(segment) % 4))
-    except (binascii.Error, ValueError):
-        return None
-    return raw if _b64(raw) == segment else None  # no malleable trailing bits
-
-
-def _payload(a: ScopeAssertion) -> bytes:
-    """The one canonical encoding: fixed key order, no whitespace, ASCII only."""
-    body = {
-        "v": 1,
-        "sub": a.principal.mxid,
-        "org": a.principal.origin.value,
-        "ns": a.agent.namespace,
-        "agt": a.agent.name,
-        "room": a.room_id,
-        "cls": a.classification,
-        "aud": list(a.audience),
-        "iat": int(a.issued_at.timestamp()),
-        "exp": int(a.expires_at.timestamp()),
-    }
-    return json.dumps(body, separators=(",", ":"), ensure_ascii=True).encode("ascii")
-
-
-def _mac(secret: bytes, payload_b64: str) -> bytes:
-    return hmac.new(secret, _PREFIX + payload_b64.encode("ascii"), hashlib.sha256).digest()
+def _agent_audience(agent: AgentIdentity) -> str:
+    return f"{agent.namespace}/{agent.name}"
 
 
 def sign_scope_assertion(
     key: ScopeKey,
     *,
-    secret: bytes,
+    private_key: Ed25519PrivateKey,
+    issuer: str,
     audience: Sequence[str],
-    lifetime: timedelta = timedelta(seconds=60),
-    now: datetime | None = None,
+    context_id: str,
     classification: str = DEFAULT_CLASSIFICATION,
+    lifetime: timedelta = DEFAULT_LIFETIME,
+    now: datetime | None = None,
+    kid: str | None = None,
+    jti: str | None = None,
 ) -> str:
-    """Bridge side: sign ``key`` for output to ``audience`` (every homeserver in the room), for
-    a conversation of ``classification``.
+    """Bridge side: sign ``key`` for one A2A request (``context_id``) whose reply reaches
+    ``audience`` (every homeserver in the room), in a conversation of ``classification``.
 
-    Federated or bridged principals are signable on purpose: the store, not the bridge,
-    refuses them (S5), so the refusal has one place and one reason code.
+    ``kid`` defaults to the key's RFC 7638 thumbprint (``keys.key_id``) and ``jti`` to 128
+    random bits.  Federated or bridged principals are signable on purpose: the store, not the
+    bridge, refuses them (S5), so the refusal has one place and one reason code.
     """
     if not isinstance(key, ScopeKey):
         raise InvalidInput(ReasonCode.INVALID_ARGUMENT, field="key")
     if key.scope.kind is not ScopeKind.CONTROL_ROOM:
         raise ScopeDenied(ReasonCode.SCOPE_KIND_RESERVED, scope_id=key.opaque_id)
-    if not _valid_secret(secret):
-        raise InvalidInput(ReasonCode.INVALID_ARGUMENT, field="secret")
+    if not isinstance(private_key, Ed25519PrivateKey):
+        raise InvalidInput(ReasonCode.INVALID_ARGUMENT, field="private_key")
+    if kid is None:
+        kid = key_id(private_key)
+    if not isinstance(kid, str) or not KID.fullmatch(kid):
+        raise InvalidInput(ReasonCode.INVALID_ARGUMENT, field="kid")
     if (
         not isinstance(lifetime, timedelta)
         or not _ONE_SECOND <= lifetime <= MAX_LIFETIME
@@ -246,89 +262,174 @@ def sign_scope_assertion(
         audience=audience,
         issued_at=issued,
         expires_at=issued + lifetime,
+        issuer=issuer,
+        context_id=context_id,
+        jti=secrets.token_urlsafe(16) if jti is None else jti,
     )
-    payload_b64 = _b64(_payload(assertion))
-    token = f"{_VERSION}.{payload_b64}.{_b64(_mac(secret, payload_b64))}"
+    token = jwt.encode(_claims(assertion), private_key, algorithm=ALGORITHM,
+                       headers={"kid": kid, "typ": "JWT"})
     if len(token) > MAX_TOKEN_CHARS:  # never hand out a token that verify must refuse
         raise InvalidInput(ReasonCode.INVALID_ARGUMENT, field="audience")
     return token
 
 
+def _claims(a: ScopeAssertion) -> dict[str, Any]:
+    return {
+        "iss": a.issuer,
+        "aud": _agent_audience(a.agent),
+        "sub": a.principal.mxid,
+        "org": a.principal.origin.value,
+        "room": a.room_id,
+        "cls": a.classification,
+        "out": list(a.audience),
+        "ctx": a.context_id,
+        "iat": int(a.issued_at.timestamp()),
+        "exp": int(a.expires_at.timestamp()),
+        "jti": a.jti,
+    }
+
+
 def verify_scope_assertion(
     token: str,
     *,
-    secret: bytes,
+    public_keys: Mapping[str, Ed25519PublicKey],
+    issuer: str,
+    agent: AgentIdentity | None = None,
+    context_id: str | None = None,
     now: datetime | None = None,
-    max_skew: timedelta = timedelta(seconds=30),
+    leeway: timedelta = DEFAULT_LEEWAY,
 ) -> ScopeAssertion:
-    """Agent side: the assertion, or ``ScopeDenied`` (``assertion_invalid``/``_expired``).
+    """Verifier side: the assertion, or ``ScopeDenied`` with the reason of the first failed
+    check (see the module docstring for the order).
 
-    The MAC is checked before the payload is parsed, so unauthenticated bytes never reach the
-    JSON parser.  A bad ``secret``/``now``/``max_skew`` is a deployment error, not a bad token,
-    and raises ``InvalidInput`` instead.
+    ``agent`` and ``context_id``, when given, must match ``aud`` and ``ctx``; the runtime
+    always passes both (``memory_request``).  Bad ``public_keys``/``issuer``/``now``/``leeway``
+    (including a private key where a public one belongs) are deployment errors, not bad tokens,
+    and raise ``InvalidInput``.  Replay is refused later, by ``redeem_scope_assertion``.
     """
-    if not _valid_secret(secret):
-        raise InvalidInput(ReasonCode.INVALID_ARGUMENT, field="secret")
+    if (
+        not isinstance(public_keys, Mapping)
+        or not public_keys
+        or not all(isinstance(k, str) and isinstance(v, Ed25519PublicKey)
+                   for k, v in public_keys.items())  # a private key here is refused
+    ):
+        raise InvalidInput(ReasonCode.INVALID_ARGUMENT, field="public_keys")
+    if not isinstance(issuer, str) or not ISSUER.fullmatch(issuer):
+        raise InvalidInput(ReasonCode.INVALID_ARGUMENT, field="issuer")
+    if agent is not None and not isinstance(agent, AgentIdentity):
+        raise InvalidInput(ReasonCode.INVALID_ARGUMENT, field="agent")
+    if context_id is not None and not isinstance(context_id, str):
+        raise InvalidInput(ReasonCode.INVALID_ARGUMENT, field="context_id")
     if now is None:
         now = datetime.now(UTC)
     if not isinstance(now, datetime) or now.utcoffset() is None:
         raise InvalidInput(ReasonCode.INVALID_ARGUMENT, field="now")
-    if not isinstance(max_skew, timedelta) or not timedelta(0) <= max_skew <= MAX_SKEW:
-        raise InvalidInput(ReasonCode.INVALID_ARGUMENT, field="max_skew")
+    if not isinstance(leeway, timedelta) or not timedelta(0) <= leeway <= MAX_LEEWAY:
+        raise InvalidInput(ReasonCode.INVALID_ARGUMENT, field="leeway")
 
     # ``from None``: even when our caller is handling an exception, nothing is chained.
-    assertion = _authenticated(token, secret)
-    if assertion is None or assertion.issued_at - now > max_skew:  # forged or from the future
-        raise ScopeDenied(ReasonCode.ASSERTION_INVALID) from None
-    if now - assertion.expires_at >= max_skew:  # differences: no overflow near datetime.max
-        raise ScopeDenied(ReasonCode.ASSERTION_EXPIRED) from None
+    reason, assertion = _verified(token, public_keys, issuer)
+    if reason is None and assertion is not None:
+        if assertion.issued_at - now > leeway:  # from the future
+            reason = ReasonCode.ASSERTION_INVALID
+        elif now - assertion.expires_at >= leeway:  # differences: no overflow near the limits
+            reason = ReasonCode.ASSERTION_EXPIRED
+        elif agent is not None and assertion.agent != agent:
+            reason = ReasonCode.AGENT_MISMATCH
+        elif context_id is not None and assertion.context_id != context_id:
+            reason = ReasonCode.CONTEXT_MISMATCH
+    if reason is not None or assertion is None:
+        raise ScopeDenied(reason or ReasonCode.ASSERTION_INVALID) from None
     return assertion
 
 
-def _authenticated(token: Any, secret: bytes) -> ScopeAssertion | None:
-    """Token → assertion if well-formed, correctly signed and canonical; ``None`` otherwise."""
+def _verified(token: Any, public_keys: Mapping[str, Ed25519PublicKey], issuer: str
+              ) -> tuple[ReasonCode | None, ScopeAssertion | None]:
+    invalid = (ReasonCode.ASSERTION_INVALID, None)
     if not isinstance(token, str) or len(token) > MAX_TOKEN_CHARS or not token.isascii():
-        return None
+        return invalid
     parts = token.split(".")
-    if len(parts) != 3 or parts[0] != _VERSION or len(parts[2]) != _MAC_B64_CHARS:
-        return None
-    payload, mac = _unb64(parts[1]), _unb64(parts[2])
-    if payload is None or mac is None:
-        return None
-    if not hmac.compare_digest(_mac(secret, parts[1]), mac):
-        return None
-    assertion = _parse(payload)
-    # Re-encoding must give the signed bytes: no second spelling (whitespace, key order,
-    # duplicate keys, escapes, unsorted audience) of an assertion is ever accepted.
-    if assertion is None or _payload(assertion) != payload:
-        return None
-    return assertion
+    if len(parts) != 3 or len(parts[2]) != _SIGNATURE_B64_CHARS:
+        return invalid
+    raw_header, raw_claims = _unb64(parts[0]), _unb64(parts[1])
+    if raw_header is None or raw_claims is None or _unb64(parts[2]) is None:
+        return invalid
+    header = _json_object(raw_header)
+    if (
+        header is None
+        or not set(header) <= _HEADER
+        or header.get("alg") != ALGORITHM
+        or header.get("typ", "JWT") != "JWT"
+        or not isinstance(header.get("kid"), str)
+    ):
+        return invalid
+    key = public_keys.get(header["kid"])
+    if key is None:
+        return ReasonCode.ASSERTION_UNKNOWN_KEY, None
+    try:  # the signature, by the library; it also refuses every alg but EdDSA
+        jwt.PyJWS().decode_complete(token, key=key, algorithms=[ALGORITHM])
+    except jwt.PyJWTError:
+        return invalid
+    claims = _json_object(raw_claims)
+    if claims is None or set(claims) != _CLAIMS or claims["iss"] != issuer:
+        return invalid
+    assertion = _parse(claims)
+    return invalid if assertion is None else (None, assertion)
 
 
-def _parse(payload: bytes) -> ScopeAssertion | None:
-    try:
-        body = json.loads(payload.decode("ascii"))
-    except (ValueError, RecursionError):
+def _parse(c: dict[str, Any]) -> ScopeAssertion | None:
+    if any(type(c[k]) is not int or not 0 <= c[k] <= _MAX_TS for k in ("iat", "exp")):
         return None
-    if not isinstance(body, dict) or tuple(body) != _KEYS or body["v"] != 1:
+    if any(not isinstance(c[k], str) for k in ("iss", "aud", "sub", "org", "room", "cls", "ctx", "jti")):
         return None
-    if any(type(body[k]) is not int for k in ("v", "iat", "exp")):
-        return None
-    if not all(0 <= body[k] <= _MAX_TS for k in ("iat", "exp")):
-        return None
-    if any(not isinstance(body[k], str) for k in ("sub", "org", "ns", "agt", "room", "cls")):
-        return None
-    if not isinstance(body["aud"], list):
+    out = c["out"]
+    if not isinstance(out, list) or not all(isinstance(s, str) for s in out) or out != sorted(set(out)):
+        return None  # the output audience in its one spelling: sorted, unique
+    namespace, sep, name = c["aud"].partition("/")
+    if not sep:
         return None
     try:
         return ScopeAssertion(
-            principal=Principal(mxid=body["sub"], origin=body["org"]),
-            agent=AgentIdentity(namespace=body["ns"], name=body["agt"]),
-            room_id=body["room"],
-            classification=body["cls"],
-            audience=body["aud"],
-            issued_at=datetime.fromtimestamp(body["iat"], UTC),
-            expires_at=datetime.fromtimestamp(body["exp"], UTC),
+            principal=Principal(mxid=c["sub"], origin=c["org"]),
+            agent=AgentIdentity(namespace=namespace, name=name),
+            room_id=c["room"],
+            classification=c["cls"],
+            audience=c["out"],
+            issued_at=datetime.fromtimestamp(c["iat"], UTC),
+            expires_at=datetime.fromtimestamp(c["exp"], UTC),
+            issuer=c["iss"],
+            context_id=c["ctx"],
+            jti=c["jti"],
         )
     except (GovernanceError, ValueError, TypeError, OverflowError, OSError):
-        return None  # an invalid identity, room, audience or lifetime; raised by our caller
+        return None  # an invalid identity, room, audience or lifetime
+
+
+def _b64(raw: bytes) -> str:
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
+
+
+def _unb64(segment: str) -> bytes | None:
+    """Strict unpadded base64url: only the canonical spelling of some bytes decodes."""
+    if not _B64URL.fullmatch(segment) or len(segment) % 4 == 1:
+        return None
+    try:
+        raw = base64.urlsafe_b64decode(segment + "=" * (-len(segment) % 4))
+    except (binascii.Error, ValueError):
+        return None
+    return raw if _b64(raw) == segment else None  # no malleable trailing bits
+
+
+def _json_object(raw: bytes) -> dict[str, Any] | None:
+    """A JSON object with no duplicate member names (a second spelling of a claim), else None."""
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        out = dict(items)
+        if len(out) != len(items):
+            raise ValueError("duplicate member")
+        return out
+
+    try:
+        value = json.loads(raw.decode("utf-8"), object_pairs_hook=pairs)
+    except (ValueError, RecursionError):
+        return None
+    return value if isinstance(value, dict) else None

@@ -64,6 +64,10 @@ class ReasonCode(StrEnum):
     ASSERTION_MISSING = "assertion_missing"
     ASSERTION_INVALID = "assertion_invalid"
     ASSERTION_EXPIRED = "assertion_expired"
+    ASSERTION_UNKNOWN_KEY = "assertion_unknown_key"
+    ASSERTION_REPLAYED = "assertion_replayed"
+    CONTEXT_MISMATCH = "context_mismatch"
+    NOT_CONFIGURED = "memory_not_configured"
     AGENT_MISMATCH = "agent_mismatch"
     AUDIENCE_DENIED = "audience_denied"
     # admission (A1-A3)
@@ -147,7 +151,15 @@ _DEFAULT_HINT: dict[ReasonCode, str] = {
     "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT unset, or wrap every exporter in "
     "ContentFreeSpanProcessor / ContentFreeLogRecordProcessor and pass span_content='warn'",
     ReasonCode.ASSERTION_EXPIRED: "the scope assertion has expired; the bridge must sign a new one",
-    ReasonCode.ASSERTION_INVALID: "the scope assertion is malformed or its signature is wrong",
+    ReasonCode.ASSERTION_INVALID: "the scope assertion is malformed, from another issuer, not "
+    "signed with EdDSA, or its signature is wrong",
+    ReasonCode.ASSERTION_UNKNOWN_KEY: "the scope assertion's `kid` names no configured public "
+    "key; add the bridge's new public key (kagent-governed-memory keys public-key)",
+    ReasonCode.ASSERTION_REPLAYED: "the scope assertion was already used; the bridge signs one "
+    "per request",
+    ReasonCode.CONTEXT_MISMATCH: "the scope assertion was signed for another A2A context",
+    ReasonCode.NOT_CONFIGURED: "no public keys or issuer are configured for scope assertions; "
+    "set KGM_ASSERTION_PUBLIC_KEYS (or _FILE) and the issuer",
 }
 
 
@@ -258,6 +270,8 @@ _SQLSTATE: dict[str, tuple[type[GovernanceError], ReasonCode]] = {
     "KGD03": (ScopeDenied, ReasonCode.PRINCIPAL_OFFBOARDED),
     "KGA01": (InvalidInput, ReasonCode.AUDIT_APPEND_ONLY),
     "KGR01": (StoreUnavailable, ReasonCode.SERVICE_ROLE_MISSING),
+    "KGJ01": (ScopeDenied, ReasonCode.ASSERTION_REPLAYED),
+    "KGJ02": (ScopeDenied, ReasonCode.ASSERTION_EXPIRED),
     "42501": (StoreUnavailable, ReasonCode.PERMISSION_DENIED),  # insufficient_privilege
     "KGX01": (InvalidInput, ReasonCode.TRANSACTION_REFUSED),
     "22021": (InvalidInput, ReasonCode.INVALID_TEXT),  # character_not_in_repertoire

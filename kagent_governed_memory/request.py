@@ -1,22 +1,29 @@
-"""Per-request scope binding (S6): one request's verified assertion, or the reason it has none.
+"""Per-request scope binding (S6, T1): one request's verified assertion, or the reason it has none.
 
 The memory service, tools and callbacks read the binding from a context variable; ADK's
 ``app_name`` / ``user_id`` (attribution, e.g. ``X-User-Id``) are never used as the key.
 Background tasks created inside the request inherit it, since asyncio copies the context.
 A request without a valid binding simply has no memory; nothing is raised into the chat.
+
+The runtime holds public keys only: it can check an assertion, never make one.  The binding
+is single-use in the database as well (``ledger``): the first memory operation of the request
+redeems the assertion's ``jti``.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
 from .assertion import ScopeAssertion, verify_scope_assertion
 from .errors import GovernanceError, ReasonCode
+from .identity import AgentIdentity
 
 __all__ = ["ASSERTION_HEADER", "RequestBinding", "current_request", "memory_request"]
 
@@ -29,7 +36,7 @@ class RequestBinding:
     assertion: ScopeAssertion | None
     reason: ReasonCode | None = None  # why memory is absent, when it is
     room_id: str | None = None  # the room the runtime itself observed, if it knows it
-    generation: int | None = None  # captured once, at the request's first memory operation
+    generation: int | None = None  # captured once, when the assertion is redeemed
     captured: bool = False
     counted: bool = False  # the request's memory outcome is metered once
     lock: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False)
@@ -46,14 +53,21 @@ _current: ContextVar[RequestBinding | None] = ContextVar("kgm_memory_request", d
 def memory_request(
     assertion: ScopeAssertion | str | None = None,
     *,
-    secret: bytes | None = None,
+    public_keys: Mapping[str, Ed25519PublicKey] | None = None,
+    issuer: str | None = None,
+    context_id: str | None = None,
+    agent: AgentIdentity | None = None,
     room_id: str | None = None,
     now: datetime | None = None,
 ) -> Iterator[RequestBinding]:
-    """Bind one request's scope: a verified ``ScopeAssertion``, a token to verify with
-    ``secret``, or ``None`` (memory absent).  A token that fails verification binds no
-    assertion and records the content-free reason."""
-    binding = _bind(assertion, secret=secret, room_id=room_id, now=now)
+    """Bind one request's scope: a verified ``ScopeAssertion``, a token to verify with the
+    bridge's ``public_keys`` and ``issuer`` against this request's A2A ``context_id`` (and
+    ``agent``, when the caller knows it; the service checks it again), or ``None`` (memory
+    absent).  A token that fails verification binds no assertion and records the content-free
+    reason; so does a token without ``public_keys``/``issuer`` (``memory_not_configured``) or
+    without the request's ``context_id`` (``context_mismatch``)."""
+    binding = _bind(assertion, public_keys=public_keys, issuer=issuer, context_id=context_id,
+                    agent=agent, room_id=room_id, now=now)
     token = _current.set(binding)
     try:
         yield binding
@@ -68,20 +82,28 @@ def current_request() -> RequestBinding | None:
 def _bind(
     assertion: ScopeAssertion | str | None,
     *,
-    secret: bytes | None,
+    public_keys: Mapping[str, Ed25519PublicKey] | None,
+    issuer: str | None,
+    context_id: str | None,
+    agent: AgentIdentity | None,
     room_id: str | None,
     now: datetime | None,
 ) -> RequestBinding:
-    if assertion is None:
+    if assertion is None or assertion == "":
         return RequestBinding(None, ReasonCode.ASSERTION_MISSING, room_id)
     if isinstance(assertion, ScopeAssertion):
+        if context_id is not None and assertion.context_id != context_id:
+            return RequestBinding(None, ReasonCode.CONTEXT_MISMATCH, room_id)
         return RequestBinding(assertion, None, room_id)
-    if not isinstance(secret, bytes | bytearray):
-        return RequestBinding(None, ReasonCode.ASSERTION_INVALID, room_id)
+    if public_keys is None or issuer is None:
+        return RequestBinding(None, ReasonCode.NOT_CONFIGURED, room_id)
+    if context_id is None:  # fail closed: an unbound token would serve any conversation
+        return RequestBinding(None, ReasonCode.CONTEXT_MISMATCH, room_id)
     verified: ScopeAssertion | None = None
     reason: ReasonCode | None = None
     try:
-        verified = verify_scope_assertion(assertion, secret=bytes(secret), now=now)
+        verified = verify_scope_assertion(assertion, public_keys=public_keys, issuer=issuer,
+                                          agent=agent, context_id=context_id, now=now)
     except GovernanceError as exc:
         reason = exc.reason
     return RequestBinding(verified, reason, room_id)

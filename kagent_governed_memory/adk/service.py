@@ -22,6 +22,7 @@ from ..admission import Admission
 from ..embedding import Embedder
 from ..errors import GovernanceError, InvalidInput, ReasonCode
 from ..identity import AgentIdentity, ScopeKey
+from ..ledger import redeem_scope_assertion
 from ..metering import Metering, Operation, traced
 from ..models import MemoryRecord
 from ..request import RequestBinding, current_request
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
 __all__ = ["Admitted", "GovernedMemoryService", "SaveOutcome"]
 
 _log = logging.getLogger("kagent_governed_memory.adk")
+_FINAL = frozenset({ReasonCode.ASSERTION_REPLAYED, ReasonCode.ASSERTION_EXPIRED})
 
 
 @dataclass(frozen=True)
@@ -136,12 +138,14 @@ class GovernedMemoryService(BaseMemoryService):
         async with binding.lock:
             if not binding.captured:
                 try:
-                    # ADR decision 6: only for the classification and output audience the
-                    # consent was given for (both signed into the assertion by the bridge)
-                    binding.generation = await self.store.generation(
-                        key, classification=a.classification, output_audience=a.audience)
+                    # One round trip: the jti is redeemed (single use, T1) and the generation
+                    # captured, only for the classification and output audience the consent
+                    # was given for (ADR decision 6; both signed into the assertion)
+                    binding.generation = await redeem_scope_assertion(self.store, a)
                 except GovernanceError as exc:
-                    return exc.reason  # not cached: a later operation may retry
+                    if exc.reason in _FINAL:  # replayed or expired: no later retry helps
+                        binding.assertion, binding.reason = None, exc.reason
+                    return exc.reason  # otherwise not cached: a later operation may retry
                 binding.captured = True
         if binding.generation is None:
             return ReasonCode.CONSENT_REQUIRED

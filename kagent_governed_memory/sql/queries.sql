@@ -1,6 +1,6 @@
 -- Every statement the library runs, in sqlc's `-- name: Name :kind` format with $n parameters,
 -- so the Go controller patch carries the same text (see patches/).  Each is one round trip and
--- one transaction; the rules live in the functions of migrations 000004-000005.
+-- one transaction; the rules live in the functions of migrations 000004-000008.
 -- Key parameters $1..$6: principal_mxid, principal_origin, agent_namespace, agent_name,
 -- scope_kind, room_id.  Run as a member of kagent_memory_service (EXECUTE on these functions,
 -- nothing else), except UnblockMemoryPrincipal, which only the owner may run.
@@ -11,6 +11,11 @@ FROM memory_grant($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $
 
 -- name: GetMemoryGeneration :one
 SELECT memory_generation($1, $2, $3, $4, $5, $6, $7, $8, $9) AS generation;
+
+-- name: RedeemScopeAssertion :one
+-- $1 jti, $2 the assertion's exp; then the key, policy version, classification and output
+-- audience as in GetMemoryGeneration.  Each jti once (000008).
+SELECT memory_redeem_assertion($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) AS generation;
 
 -- name: SaveMemoryEntries :many
 SELECT id, created_at, expires_at

@@ -1,0 +1,237 @@
+"""Ed25519 keys for scope assertions: the bridge's private key, everyone else's public keys.
+
+Only the bridge holds a private key (T1).  Agent runtimes and the kagent controller load
+*public* keys only; ``load_public_keys`` refuses private material outright, so a verifier
+configured by mistake with the signing key fails at start-up instead of quietly becoming able
+to mint assertions.
+
+Formats: PEM (``-----BEGIN PUBLIC KEY-----``, several blocks for rotation), a JWK or a JWK Set
+(RFC 7517/8037: ``{"kty": "OKP", "crv": "Ed25519", "x": ...}``).  A key's id (``kid``) is the
+JWK's own ``kid`` when it has one, else its RFC 7638 thumbprint -- the same rule in the Go
+verifier, so a PEM file and the JWKS made from it name their keys identically.
+
+Every error is a content-free ``InvalidInput(field=...)``; no key bytes, no library message.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+
+from .errors import InvalidInput, ReasonCode
+
+__all__ = [
+    "PRIVATE_KEY_ENV",
+    "PUBLIC_KEYS_ENV",
+    "PublicKeys",
+    "generate_private_key",
+    "key_id",
+    "load_private_key",
+    "load_public_keys",
+    "private_key_from_env",
+    "private_key_pem",
+    "public_jwks",
+    "public_key_pem",
+    "public_keys_from_env",
+]
+
+PublicKeys = Mapping[str, Ed25519PublicKey]  # kid -> key
+
+# Value, or a file path in the same name + "_FILE" (Kubernetes Secret mounted as a file).
+PRIVATE_KEY_ENV = "KGM_ASSERTION_PRIVATE_KEY"  # the bridge only
+PUBLIC_KEYS_ENV = "KGM_ASSERTION_PUBLIC_KEYS"  # runtimes, controller
+MAX_KEY_SOURCE_BYTES = 64 * 1024
+KID = re.compile(r"[A-Za-z0-9._~-]{1,128}")
+_PEM_BLOCK = re.compile(
+    rb"-----BEGIN ([A-Z0-9 ]+)-----\r?\n[A-Za-z0-9+/=\r\n]+-----END \1-----")
+
+
+def _bad(field: str) -> InvalidInput:
+    return InvalidInput(ReasonCode.INVALID_ARGUMENT, field=field)
+
+
+def _b64(raw: bytes) -> str:
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
+
+
+def _raw_public(key: Ed25519PublicKey) -> bytes:
+    return key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+
+
+def generate_private_key() -> Ed25519PrivateKey:
+    """A new Ed25519 signing key for the bridge."""
+    return Ed25519PrivateKey.generate()
+
+
+def key_id(key: Ed25519PublicKey | Ed25519PrivateKey) -> str:
+    """RFC 7638 JWK thumbprint (SHA-256, base64url) of the public key."""
+    if isinstance(key, Ed25519PrivateKey):
+        key = key.public_key()
+    if not isinstance(key, Ed25519PublicKey):
+        raise _bad("key")
+    canonical = '{"crv":"Ed25519","kty":"OKP","x":"%s"}' % _b64(_raw_public(key))
+    return _b64(hashlib.sha256(canonical.encode("ascii")).digest())
+
+
+def private_key_pem(key: Ed25519PrivateKey) -> bytes:
+    """PKCS#8 PEM, unencrypted: store it in a Kubernetes Secret readable by the bridge only."""
+    if not isinstance(key, Ed25519PrivateKey):
+        raise _bad("private_key")
+    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                             serialization.NoEncryption())
+
+
+def public_key_pem(key: Ed25519PublicKey | Ed25519PrivateKey) -> bytes:
+    if isinstance(key, Ed25519PrivateKey):
+        key = key.public_key()
+    if not isinstance(key, Ed25519PublicKey):
+        raise _bad("public_key")
+    return key.public_bytes(serialization.Encoding.PEM,
+                            serialization.PublicFormat.SubjectPublicKeyInfo)
+
+
+def public_jwks(keys: PublicKeys | Ed25519PublicKey | Ed25519PrivateKey) -> dict[str, Any]:
+    """A JWK Set of public keys (``kid``, ``use: sig``, ``alg: EdDSA``), e.g. for a ConfigMap."""
+    if isinstance(keys, Ed25519PublicKey | Ed25519PrivateKey):
+        keys = {key_id(keys): keys.public_key() if isinstance(keys, Ed25519PrivateKey) else keys}
+    out = []
+    for kid, key in keys.items():
+        if not isinstance(key, Ed25519PublicKey) or not isinstance(kid, str) or not KID.fullmatch(kid):
+            raise _bad("public_keys")
+        out.append({"kty": "OKP", "crv": "Ed25519", "x": _b64(_raw_public(key)), "kid": kid,
+                    "use": "sig", "alg": "EdDSA"})
+    return {"keys": out}
+
+
+def load_private_key(source: str | bytes | os.PathLike[str]) -> Ed25519PrivateKey:
+    """The bridge's signing key from PEM (PKCS#8) or a private JWK (with ``d``); a path is read."""
+    data = _read(source, "private_key")
+    stripped = data.strip()
+    key: Any = None
+    if stripped.startswith(b"{"):
+        jwk = _json_object(stripped, "private_key")
+        d = _okp_bytes(jwk, "d", "private_key")
+        x = _okp_bytes(jwk, "x", "private_key")
+        key = Ed25519PrivateKey.from_private_bytes(d)
+        if _raw_public(key.public_key()) != x:
+            raise _bad("private_key")
+    else:
+        try:
+            key = serialization.load_pem_private_key(stripped, password=None)
+        except (ValueError, TypeError):
+            key = None
+    if not isinstance(key, Ed25519PrivateKey):
+        raise _bad("private_key")  # not Ed25519, encrypted or malformed
+    return key
+
+
+def load_public_keys(source: str | bytes | os.PathLike[str]) -> dict[str, Ed25519PublicKey]:
+    """``kid -> key`` for every public key in ``source`` (PEM blocks, a JWK or a JWK Set).
+
+    Refuses: private key material of any kind, keys that are not Ed25519, duplicate ``kid``s,
+    an empty set, and anything malformed.
+    """
+    data = _read(source, "public_keys").strip()
+    if b"PRIVATE" in data or b'"d"' in data:
+        raise _bad("public_keys")  # a verifier never holds a signing key
+    found: list[tuple[str, Ed25519PublicKey]] = []
+    if data.startswith(b"{"):
+        doc = _json_object(data, "public_keys")
+        jwks = doc.get("keys") if "keys" in doc else [doc]
+        if not isinstance(jwks, list) or (set(doc) - {"keys"} and "keys" in doc):
+            raise _bad("public_keys")
+        for jwk in jwks:
+            if not isinstance(jwk, dict):
+                raise _bad("public_keys")
+            if jwk.get("alg", "EdDSA") != "EdDSA" or jwk.get("use", "sig") != "sig":
+                raise _bad("public_keys")
+            key = Ed25519PublicKey.from_public_bytes(_okp_bytes(jwk, "x", "public_keys"))
+            kid = jwk.get("kid", key_id(key))
+            if not isinstance(kid, str) or not KID.fullmatch(kid):
+                raise _bad("public_keys")
+            found.append((kid, key))
+    else:
+        for block in (m.group(0) for m in _PEM_BLOCK.finditer(data)):
+            try:
+                key = serialization.load_pem_public_key(block)
+            except (ValueError, TypeError):
+                raise _bad("public_keys") from None
+            if not isinstance(key, Ed25519PublicKey):
+                raise _bad("public_keys")
+            found.append((key_id(key), key))
+    keys = dict(found)
+    if not keys or len(keys) != len(found):
+        raise _bad("public_keys")
+    return keys
+
+
+def public_keys_from_env(name: str = PUBLIC_KEYS_ENV) -> dict[str, Ed25519PublicKey]:
+    """Public keys from ``$name`` (the keys themselves) or ``$name_FILE`` (a path)."""
+    return load_public_keys(_env(name, "public_keys"))
+
+
+def private_key_from_env(name: str = PRIVATE_KEY_ENV) -> Ed25519PrivateKey:
+    """The bridge's key from ``$name`` (PEM or JWK) or ``$name_FILE`` (a path)."""
+    return load_private_key(_env(name, "private_key"))
+
+
+def _env(name: str, field: str) -> str | bytes | Path:
+    value, path = os.environ.get(name), os.environ.get(name + "_FILE")
+    if bool(value) == bool(path):  # exactly one of the two
+        raise _bad(field)
+    return Path(path) if path else (value or "").encode("utf-8")
+
+
+def _read(source: Any, field: str) -> bytes:
+    if isinstance(source, os.PathLike):
+        try:
+            with open(source, "rb") as f:
+                data = f.read(MAX_KEY_SOURCE_BYTES + 1)
+        except OSError:
+            raise _bad(field) from None
+    elif isinstance(source, str):
+        data = source.encode("utf-8")
+    elif isinstance(source, bytes | bytearray):
+        data = bytes(source)
+    else:
+        raise _bad(field)
+    if not data.strip() or len(data) > MAX_KEY_SOURCE_BYTES:
+        raise _bad(field)
+    return data
+
+
+def _json_object(data: bytes, field: str) -> dict[str, Any]:
+    def no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        out = dict(pairs)
+        if len(out) != len(pairs):
+            raise ValueError("duplicate")
+        return out
+
+    try:
+        doc = json.loads(data.decode("utf-8"), object_pairs_hook=no_duplicates)
+    except (ValueError, RecursionError):
+        raise _bad(field) from None
+    if not isinstance(doc, dict):
+        raise _bad(field)
+    return doc
+
+
+def _okp_bytes(jwk: Mapping[str, Any], member: str, field: str) -> bytes:
+    if jwk.get("kty") != "OKP" or jwk.get("crv") != "Ed25519":
+        raise _bad(field)
+    value = jwk.get(member)
+    if not isinstance(value, str) or not re.fullmatch(r"[A-Za-z0-9_-]{43}", value):
+        raise _bad(field)
+    raw = base64.urlsafe_b64decode(value + "=")
+    if _b64(raw) != value:  # the canonical spelling only
+        raise _bad(field)
+    return raw
