@@ -39,6 +39,7 @@ from .keys import (
     load_private_key,
     load_public_keys,
     private_key_from_env,
+    public_key_pem,
     public_keys_from_env,
 )
 from .ledger import redeem_scope_assertion
@@ -137,6 +138,7 @@ __all__ = [
     "migrate",
     "parse_memory_command",
     "private_key_from_env",
+    "public_key_pem",
     "public_keys_from_env",
     "recheck_before_send",
     "redeem_scope_assertion",

@@ -12,6 +12,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from . import __version__
+from ._cli_keys import add_key_commands
 from ._embedded import EmbeddedPostgres, EmbeddedUnavailable
 from .embedding import HashingEmbedder
 from .errors import ConsentRequired, GovernanceError
@@ -87,6 +88,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="lift an offboarding block so the principal may consent again; "
                    "--dsn is the OWNER role").set_defaults(
         handler=_with_store(_unblock, privileged=True))
+    add_key_commands(sub)
     return p
 
 

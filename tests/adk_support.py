@@ -28,13 +28,31 @@ from kagent_governed_memory.adk import GovernedMemoryService, configure_governed
 from kagent_governed_memory.adk.summariser import PROMPT
 from kagent_governed_memory.assertion import sign_scope_assertion
 from kagent_governed_memory.embedding import HashingEmbedder
+from kagent_governed_memory.keys import generate_private_key, key_id
 from kagent_governed_memory.request import memory_request
 
-SECRET = b"k" * 32
+# The bridge's signing key lives only here, in the "bridge"; the runtime side below is given
+# PUBLIC_KEYS (test_assertion_ledger asserts the service holds no private key).
+BRIDGE_KEY = generate_private_key()
+PUBLIC_KEYS = {key_id(BRIDGE_KEY): BRIDGE_KEY.public_key()}
+ISSUER = "https://bridge.example.org"
 AGENT = AgentIdentity(namespace="kagent", name="my-agent")
 _SUMMARY_MARKER = PROMPT.rsplit("\n", 1)[-1]  # "JSON array:"
 
 ToolPlan = Callable[[str], tuple[str, dict[str, Any]] | None]
+
+
+def context_id(session: str = "s1") -> str:
+    """The A2A context id a harness session's requests carry (kagent: the ADK session)."""
+    return f"a2a-context-{session}"
+
+
+def sign(key: ScopeKey, *, session: str = "s1", audience: Any = ("example.org",),
+         **kw: Any) -> str:
+    """The bridge signs ``key`` for one request of harness session ``session``."""
+    kw.setdefault("lifetime", timedelta(seconds=60))
+    return sign_scope_assertion(key, private_key=BRIDGE_KEY, issuer=ISSUER,
+                                audience=list(audience), context_id=context_id(session), **kw)
 
 
 class ScriptedLlm(BaseLlm):
@@ -132,10 +150,10 @@ class Harness:
                 app_name=AGENT.app_name, user_id="attribution-only")
             self.sessions[session] = s.id
         if token is None and key is not None:
-            token = sign_scope_assertion(key, secret=SECRET, audience=audience,
-                                         lifetime=timedelta(seconds=60))
+            token = sign(key, session=session, audience=audience)
         out: list[str] = []
-        with memory_request(token, secret=SECRET):
+        with memory_request(token, public_keys=PUBLIC_KEYS, issuer=ISSUER,
+                            context_id=context_id(session)):
             async for event in self.runner.run_async(
                 user_id="attribution-only", session_id=self.sessions[session],
                 new_message=types.Content(role="user", parts=[types.Part(text=text)]),

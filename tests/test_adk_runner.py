@@ -13,12 +13,13 @@ import secrets
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from adk_support import AGENT, SECRET, build, save_plan
+from adk_support import AGENT, ISSUER, PUBLIC_KEYS, build, context_id, save_plan, sign
 from conftest import make_key, open_store, physical_rows
 
 from kagent_governed_memory import AgentIdentity, ReasonCode
 from kagent_governed_memory.admission import Admission
 from kagent_governed_memory.assertion import sign_scope_assertion
+from kagent_governed_memory.keys import generate_private_key
 
 PURPOSE = "personal_preferences"
 FIVE_TURNS = ["I drink green tea every morning.", "My project is called Lighthouse.",
@@ -114,21 +115,22 @@ async def _until(condition, timeout: float = 5.0) -> None:
 
 
 @pytest.mark.parametrize("case", ["forged", "expired", "other agent", "other room",
-                                  "remote audience", "garbage", "missing"])
+                                  "remote audience", "other context", "garbage", "missing"])
 async def test_s6_bad_assertions_mean_no_memory(store, database, case):
     h = build(store, plan=save_plan)
     key = make_key()
     await store.grant(key, purpose=PURPOSE)
     other_key = make_key(room="!other:example.org")
     token = {
-        "forged": sign_scope_assertion(key, secret=b"x" * 32, audience=["example.org"]),
-        "expired": sign_scope_assertion(key, secret=SECRET, audience=["example.org"],
-                                        now=datetime.now(UTC) - timedelta(minutes=10)),
-        "other agent": sign_scope_assertion(make_key(agent="other-agent"), secret=SECRET,
-                                            audience=["example.org"]),
-        "other room": sign_scope_assertion(other_key, secret=SECRET, audience=["example.org"]),
-        "remote audience": sign_scope_assertion(key, secret=SECRET,
-                                                audience=["example.org", "partner.example"]),
+        # a pod's own key, under the bridge's kid: it cannot mint
+        "forged": sign_scope_assertion(key, private_key=generate_private_key(),
+                                       kid=next(iter(PUBLIC_KEYS)), issuer=ISSUER,
+                                       audience=["example.org"], context_id=context_id()),
+        "expired": sign(key, now=datetime.now(UTC) - timedelta(minutes=10)),
+        "other agent": sign(make_key(agent="other-agent")),
+        "other room": sign(other_key),
+        "remote audience": sign(key, audience=["example.org", "partner.example"]),
+        "other context": sign(key, session="another-conversation"),
         "garbage": "v1.not.a-token",
         "missing": None,
     }[case]
@@ -156,7 +158,8 @@ async def _turn_in_room(h, text, token, *, room):
         s = await h.runner.session_service.create_session(app_name=AGENT.app_name, user_id="u")
         h.sessions["s1"] = s.id
     out = []
-    with memory_request(token, secret=SECRET, room_id=room):
+    with memory_request(token, public_keys=PUBLIC_KEYS, issuer=ISSUER, context_id=context_id(),
+                        room_id=room):
         async for event in h.runner.run_async(
                 user_id="u", session_id=h.sessions["s1"],
                 new_message=types.Content(role="user", parts=[types.Part(text=text)])):
@@ -403,8 +406,8 @@ async def test_adk_generic_api_uses_the_binding_not_user_id(store, database):
     alice, bob = make_key(), make_key("@bob:example.org")
     for key in (alice, bob):
         await store.grant(key, purpose=PURPOSE)
-    token = sign_scope_assertion(alice, secret=SECRET, audience=["example.org"])
-    with memory_request(token, secret=SECRET):
+    token = sign(alice)
+    with memory_request(token, public_keys=PUBLIC_KEYS, issuer=ISSUER, context_id=context_id()):
         await h.service.add_memory(
             app_name="anything", user_id="@bob:example.org",
             memories=[MemoryEntry(content=types.Content(parts=[types.Part(text="alice's fact")]))])

@@ -32,7 +32,7 @@ from kagent_governed_memory import (
 PURPOSE = "personal_preferences"
 VERSION = "adr0023-prototype-1"
 TABLES = ["memory_scope", "memory_entry", "memory_audit", "memory_config",
-          "memory_principal_block", "memory_admission_bucket",
+          "memory_principal_block", "memory_admission_bucket", "memory_assertion_use",
           "governed_memory_schema_migrations"]
 # The entry points: what the service role may EXECUTE, and nothing else in the schema.
 ENTRY_POINTS = {
@@ -40,7 +40,7 @@ ENTRY_POINTS = {
     "memory_status", "memory_forget", "memory_disable",
     "memory_clear", "memory_verify_erasure", "memory_record_failure", "memory_configure",
     "memory_admit", "memory_store_report", "memory_sweep",
-    "memory_schema_version",
+    "memory_schema_version", "memory_redeem_assertion",
 }
 HELPER_CALLS = [
     "SELECT memory_scope_row('@a:example.org','native_local','kagent','a','control_room','!r')",
@@ -83,7 +83,7 @@ async def two_scopes(store, database):
 async def test_service_role_touches_no_table(store, two_scopes, database, table, statement):
     column = {"memory_scope": "enabled", "memory_entry": "content", "memory_audit": "outcome",
               "memory_config": "local_server", "memory_principal_block": "blocked_at",
-              "memory_admission_bucket": "tokens",
+              "memory_admission_bucket": "tokens", "memory_assertion_use": "forget_at",
               "governed_memory_schema_migrations": "name"}[table]
     with app(database) as conn:
         assert refused(conn, statement.format(t=table, c=column)) == "42501"

@@ -3,14 +3,11 @@ whose signed classification or audience differs gets no memory (fail closed)."""
 
 from __future__ import annotations
 
-from datetime import timedelta
-
 import pytest
-from adk_support import SECRET, build, save_plan
+from adk_support import build, save_plan, sign
 from conftest import make_key, save
 
 from kagent_governed_memory import InvalidInput
-from kagent_governed_memory.assertion import sign_scope_assertion
 
 PURPOSE = "personal_preferences"
 
@@ -38,8 +35,7 @@ async def test_a_request_of_another_classification_gets_no_memory(store, databas
     h = build(store, plan=save_plan)
     await h.turn("hello", key=key)
     before = h.embedder.calls
-    token = sign_scope_assertion(key, secret=SECRET, audience=["example.org"],
-                                 lifetime=timedelta(seconds=60), classification="confidential")
+    token = sign(key, classification="confidential")
     out = await h.turn("recall: tea", key=None, token=token)
     assert any('"consent_required"' in t for t in out), out
     assert h.embedder.calls == before  # no embedding work for a mismatched request
