@@ -73,15 +73,27 @@ SRC = "diff --git a/python/packages/kagent-adk/src/kagent/adk/"
 NEW_TESTS = "diff --git a/python/packages/kagent-adk/tests/unittests/test_memory_"
 
 
-def _git_apply(patch: Path, root: Path, strip: int, include: str, expected: int) -> None:
+def _sections(patch: Path, prefix: str) -> str:
+    """Only the file sections of ``patch`` whose ``diff --git`` header starts with ``prefix``
+    (``git apply -pN`` refuses a patch with any path shorter than N components, e.g.
+    ``python/uv.lock``, even when ``--include`` would skip it)."""
+    text = patch.read_text()
+    parts = text.split("\ndiff --git ")
+    kept = ["diff --git " + p for p in parts[1:] if ("diff --git " + p).startswith(prefix)]
+    return "\n".join(k.rstrip("\n") for k in kept) + "\n"
+
+
+def _git_apply(patch: Path, root: Path, strip: int, include: str, expected: int,
+               prefix: str) -> None:
     """``--include`` silently skips what it does not match: count what it would apply first."""
     env = {**os.environ, "GIT_CEILING_DIRECTORIES": str(root.parent)}
     base = ["git", "apply", f"-p{strip}", f"--include={include}"]
-    stat = subprocess.run([*base, "--numstat", str(patch)], cwd=root, env=env,
+    body = _sections(patch, prefix)
+    stat = subprocess.run([*base, "--numstat", "-"], cwd=root, env=env, input=body,
                           capture_output=True, text=True, check=False)
     assert len(stat.stdout.splitlines()) == expected, (patch.name, stat.stdout, stat.stderr)
-    done = subprocess.run([*base, str(patch)], cwd=root, env=env, capture_output=True, text=True,
-                          check=False)
+    done = subprocess.run([*base, "-"], cwd=root, env=env, input=body, capture_output=True,
+                          text=True, check=False)
     assert done.returncode == 0, (
         f"{patch.name} does not apply to the installed kagent-adk 0.9.11:\n{done.stderr}")
 
@@ -90,7 +102,8 @@ def _apply(patches: list[Path], package_root: Path, tests_root: Path) -> None:
     """Source hunks → the package copy (``-p5``: ``python/packages/kagent-adk/src/kagent/adk/x``
     → ``kagent/adk/x``); the unit-test files the series adds → ``tests_root`` (``-p4``).  The
     one existing upstream test file the series extends (``test_embedding.py``) is not in the
-    wheel, so it is left out here."""
+    wheel, so it is left out here, as are ``pyproject.toml``/``uv.lock`` (the venv is built from
+    upstream's lock, which already installs ``pyjwt[crypto]`` through agentsts-core)."""
     tests_root.mkdir(parents=True, exist_ok=True)
     for patch in patches:
         headers = [line for line in patch.read_text().splitlines() if line.startswith("diff --git ")]
@@ -98,10 +111,14 @@ def _apply(patches: list[Path], package_root: Path, tests_root: Path) -> None:
         new_tests = [h for h in headers if h.startswith(NEW_TESTS)]
         others = [h for h in headers if h not in src and h not in new_tests]
         assert src, f"{patch.name} changes no kagent-adk source"
-        assert all("/kagent-adk/tests/" in h for h in others), (patch.name, others)
-        _git_apply(patch, package_root, 5, "kagent/adk/*", len(src))
+        # packaging (the wheel's installed dependencies already satisfy it) and other tests
+        packaging = ("python/packages/kagent-adk/pyproject.toml", "python/uv.lock")
+        assert all("/kagent-adk/tests/" in h or h.endswith(packaging) for h in others), (
+            patch.name, others)
+        _git_apply(patch, package_root, 5, "kagent/adk/*", len(src), SRC)
         if new_tests:
-            _git_apply(patch, tests_root, 4, "tests/unittests/test_memory_*", len(new_tests))
+            _git_apply(patch, tests_root, 4, "tests/unittests/test_memory_*", len(new_tests),
+                       NEW_TESTS)
 
 
 @pytest.fixture(scope="module")
@@ -161,7 +178,9 @@ def reports(kagent_runtime, runtime_database) -> dict[str, dict]:
                                 env=env, stdout=stdout, stderr=stderr, text=True)
         runs[which] = (proc, log, stdout, stderr)
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    env.update({"PYTHONPATH": str(kagent_runtime["patched"]), "PYTHONDONTWRITEBYTECODE": "1"})
+    env.update({"PYTHONPATH": str(kagent_runtime["patched"]), "PYTHONDONTWRITEBYTECODE": "1",
+                # the shared vectors (upstream: the Go verifier's testdata, beside the series)
+                "KAGENT_MEMORY_SCOPE_VECTORS": str(REPO / "tests" / "vectors" / "scope_assertion_v1.json")})
     unit_out = open(kagent_runtime["logs"] / "unit-tests.out", "w+")  # noqa: SIM115
     unit = subprocess.Popen(
         [str(kagent_runtime["python"]), "-m", "pytest", "-q", "-p", "no:cacheprovider",
@@ -230,12 +249,15 @@ def test_patched_per_request_disable_gate(reports):
         "forged": "assertion_invalid",
         "expired": "assertion_expired",
         "other_agent": "agent_mismatch",
+        "other_context": "context_mismatch",
         "audience_remote": "audience_denied",
         "bridged_origin": "federation_denied",
         "remote_principal": "remote_server_denied",
+        "replayed": "assertion_replayed",  # the controller's ledger: each jti once
     }
     got = {name: _reason(v["save"]) for name, v in r["gate"].items()}
     assert got == expected
+    assert r["replay_first_use"].startswith("tool said")  # the first use did reach memory
     assert all(_no_memories(v["load"]) for v in r["gate"].values())
     assert r["gate_embedding_calls"] == 0 and r["gate_rows"] == 0
 

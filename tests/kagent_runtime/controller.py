@@ -5,9 +5,11 @@ by calling the library's ``GovernedMemoryStore`` (the same SQL the Go patch ship
 ephemeral PostgreSQL.  The legacy ``/api/memories*`` routes keep what the *unpatched* runtime
 sends in memory, so a test can see what upstream would have stored.
 
-Every governed call must carry a verifying ``x-kagent-memory-scope`` assertion whose key is the
-body's ``scope``; the calls that do not are counted (the Go controller may re-verify the same
-way).
+Every governed call must carry a verifying ``x-kagent-memory-scope`` assertion (the bridge's
+public keys only) whose key is the body's ``scope``; calls that do not are counted and refused.
+The request's first call (``generation``) redeems the assertion's ``jti`` in the database, so a
+token replayed to a second request gets no memory -- as the Go controller does with the same
+SQL.
 """
 
 from __future__ import annotations
@@ -31,13 +33,15 @@ from kagent_governed_memory import (
     ReasonCode,
     ScopeKey,
 )
-from kagent_governed_memory.assertion import verify_scope_assertion
+from kagent_governed_memory.assertion import ScopeAssertion, verify_scope_assertion
+from kagent_governed_memory.ledger import redeem_scope_assertion
 
 _STATUS = {
     400: {"invalid_identity", "invalid_text", "invalid_embedding", "invalid_limit", "invalid_page_size",
           "invalid_cursor", "invalid_argument", "ttl_exceeds_policy"},
     403: {"consent_required", "erasure_pending", "federation_denied", "remote_server_denied",
-          "scope_kind_reserved"},
+          "scope_kind_reserved", "assertion_missing", "assertion_invalid", "assertion_expired",
+          "assertion_unknown_key", "assertion_replayed", "agent_mismatch", "scope_mismatch"},
     409: {"stale_generation", "consent_conflict"},
     422: {"entry_cap_reached", "fact_too_large"},
     429: {"budget_exhausted", "rate_limited"},
@@ -69,11 +73,11 @@ def _key(scope: Any) -> ScopeKey:
 
 
 class TestController:
-    def __init__(self, store: GovernedMemoryStore | None, secret: bytes,
+    def __init__(self, store: GovernedMemoryStore | None, public_keys: Any, issuer: str,
                  admission_policy: MemoryPolicy | None = None) -> None:
         self.store = store
         self.admission = Admission(store, admission_policy) if store is not None else None
-        self.secret = secret
+        self.public_keys, self.issuer = public_keys, issuer
         self.calls: collections.Counter[str] = collections.Counter()
         self.unverified_calls = 0
         self.legacy_items: list[dict[str, Any]] = []
@@ -90,35 +94,41 @@ class TestController:
 
     # -- governed ------------------------------------------------------------------------------
 
-    async def _scoped(self, request: Request, name: str) -> tuple[ScopeKey, dict[str, Any]]:
+    async def _scoped(self, request: Request, name: str
+                      ) -> tuple[ScopeKey, dict[str, Any], ScopeAssertion | None]:
         self.calls[name] += 1
         body = await request.json()
         key = _key(body.get("scope"))
         token = request.headers.get("x-kagent-memory-scope")
-        verified = False
+        assertion = None
         if token:
             try:
-                verified = verify_scope_assertion(token, secret=self.secret).key == key
+                assertion = verify_scope_assertion(token, public_keys=self.public_keys,
+                                                   issuer=self.issuer, agent=key.agent)
             except GovernanceError:
-                verified = False
-        if not verified:
+                assertion = None
+        if assertion is None or assertion.key != key:
             self.unverified_calls += 1
-        return key, body
+            assertion = None
+        return key, body, assertion
 
-    async def _run(self, request: Request, name: str, work) -> JSONResponse:
+    async def _run(self, request: Request, name: str, work, *, bridge: bool = False
+                   ) -> JSONResponse:
         try:
-            key, body = await self._scoped(request, name)
-            return await work(key, body)
+            key, body, assertion = await self._scoped(request, name)
+            if assertion is None and not bridge:
+                return _refuse(ReasonCode.ASSERTION_INVALID)
+            return await work(key, body) if bridge else await work(key, body, assertion)
         except GovernanceError as exc:
             return _refuse(exc.reason)
 
     async def _generation(self, request: Request) -> JSONResponse:
-        async def work(key, body):
-            return JSONResponse({"generation": await self.store.generation(key)})
+        async def work(key, body, assertion):  # the request's first call: redeem its jti once
+            return JSONResponse({"generation": await redeem_scope_assertion(self.store, assertion)})
         return await self._run(request, "generation", work)
 
     async def _admit(self, request: Request) -> JSONResponse:
-        async def work(key, body):
+        async def work(key, body, assertion):
             units, explicit = body.get("units"), body.get("explicit")
             if not isinstance(units, int) or isinstance(units, bool) or not isinstance(explicit, bool):
                 return _refuse(ReasonCode.INVALID_ARGUMENT)
@@ -127,7 +137,7 @@ class TestController:
         return await self._run(request, "admit", work)
 
     async def _entries(self, request: Request) -> JSONResponse:
-        async def work(key, body):
+        async def work(key, body, assertion):
             items = body.get("items")
             if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
                 return _refuse(ReasonCode.INVALID_ARGUMENT)
@@ -138,7 +148,7 @@ class TestController:
         return await self._run(request, "entries", work)
 
     async def _search(self, request: Request) -> JSONResponse:
-        async def work(key, body):
+        async def work(key, body, assertion):
             hits = await self.store.search(key, body.get("generation"), body.get("vector"),
                                            limit=body.get("limit", 5))
             return JSONResponse({"memories": [
@@ -149,7 +159,7 @@ class TestController:
         return await self._run(request, "search", work)
 
     async def _forget(self, request: Request) -> JSONResponse:
-        async def work(key, body):
+        async def work(key, body, assertion):
             receipt = await self.store.forget(key, body.get("entry_id"))
             return JSONResponse({"deleted": receipt.deleted, "verified": receipt.verified,
                                  "generation": receipt.generation})
@@ -159,7 +169,7 @@ class TestController:
         async def work(key, body):
             receipt = await self.store.grant(key, purpose=body.get("purpose"))
             return JSONResponse({"scope_id": receipt.scope_id, "generation": receipt.generation})
-        return await self._run(request, "consent", work)
+        return await self._run(request, "consent", work, bridge=True)
 
     # -- legacy (what the unpatched runtime calls) -----------------------------------------
 

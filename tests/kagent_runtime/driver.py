@@ -40,8 +40,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 RUNTIME = sys.argv[1] if len(sys.argv) > 1 else "patched"
-SECRET = secrets.token_hex(24)  # 48 ASCII bytes: the bridge/runtime shared key
 LOCAL = "example.org"
+ISSUER = "https://bridge.example.org"
 NAMESPACE, AGENT = "kagent", "my-agent"
 APP_NAME = "kagent__NS__my_agent"
 
@@ -50,7 +50,7 @@ os.environ.update({
     "KAGENT_URL": "http://kagent-controller.test",
     "KAGENT_NAMESPACE": NAMESPACE,
     "KAGENT_NAME": AGENT,
-    "KAGENT_MEMORY_SCOPE_SECRET": SECRET,
+    "KAGENT_MEMORY_SCOPE_ISSUER": ISSUER,
     "KAGENT_MEMORY_LOCAL_SERVER": LOCAL,
     "OPENAI_API_KEY": "sk-test-not-a-key",
     "OTEL_SDK_DISABLED": "true",
@@ -107,10 +107,16 @@ from kagent_governed_memory import (
 )
 from kagent_governed_memory.assertion import sign_scope_assertion
 from kagent_governed_memory.embedding import HashingEmbedder
+from kagent_governed_memory.keys import generate_private_key, key_id, public_key_pem
 from kagent_governed_memory.migrations import migrate
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from controller import TestController
+
+# The bridge's key stays in this "bridge" half; the runtime gets the public PEM only.
+BRIDGE_KEY = generate_private_key()
+PUBLIC_KEYS = {key_id(BRIDGE_KEY): BRIDGE_KEY.public_key()}
+os.environ["KAGENT_MEMORY_SCOPE_PUBLIC_KEYS"] = public_key_pem(BRIDGE_KEY).decode("ascii")
 
 PATCHED = RUNTIME == "patched"
 SUMMARY_MARKER = "Summary (JSON List):"
@@ -232,10 +238,12 @@ def make_key(mxid: str = "@alice:example.org", *, agent: str = AGENT,
                     scope=MemoryScope.control_room(room))
 
 
-def token_for(key: ScopeKey, *, audience=(LOCAL,), secret: str = SECRET,
+def token_for(key: ScopeKey, *, context: str, audience=(LOCAL,), private_key=None,
               now: datetime | None = None) -> str:
-    return sign_scope_assertion(key, secret=secret.encode(), audience=list(audience),
-                                lifetime=timedelta(seconds=60), now=now)
+    """The bridge signs one request of A2A context ``context`` (kid: the bridge key's)."""
+    return sign_scope_assertion(key, private_key=private_key or BRIDGE_KEY, issuer=ISSUER,
+                                audience=list(audience), context_id=context,
+                                kid=key_id(BRIDGE_KEY), lifetime=timedelta(seconds=60), now=now)
 
 
 class Harness:
@@ -309,7 +317,7 @@ class Harness:
                    token: str | None = None) -> str:
         """One A2A ``message/send``; returns the agent's text.  Waits for background work."""
         if token is None and key is not None:
-            token = token_for(key)
+            token = token_for(key, context=session)
         headers = {"x-user-id": "alice@example.org"}
         if token is not None:
             headers["x-kagent-memory-scope"] = token
@@ -402,16 +410,25 @@ async def run_patched(h: Harness, store: GovernedMemoryStore, admin_dsn: str) ->
 
     # 2. Consent (the bridge's route), then the per-request disable gate (S4-S6).
     await store.grant(key, purpose="personal_preferences")
+    replayed = token_for(key, context="gate-replayed")
+    # the token's one request, which redeems it; the gate below presents it again
+    report["replay_first_use"] = await h.turn("gate-replayed", "LOAD warm up", token=replayed)
     embed_before = h.embedder.calls
-    wrong_secret = secrets.token_hex(24)
     gate_tokens = {
         "no_header": None,
-        "forged": token_for(key, secret=wrong_secret),
-        "expired": token_for(key, now=datetime.now(UTC) - timedelta(minutes=10)),
-        "other_agent": token_for(make_key(agent="other-agent")),
-        "audience_remote": token_for(key, audience=(LOCAL, "evil.org")),
-        "bridged_origin": token_for(make_key(origin=OriginKind.EXTERNAL_APPSERVICE)),
-        "remote_principal": token_for(make_key("@mallory:evil.org")),
+        # a pod's own key under the bridge's kid: no process but the bridge can mint
+        "forged": token_for(key, context="gate-forged", private_key=generate_private_key()),
+        "expired": token_for(key, context="gate-expired",
+                             now=datetime.now(UTC) - timedelta(minutes=10)),
+        "other_agent": token_for(make_key(agent="other-agent"), context="gate-other_agent"),
+        "other_context": token_for(key, context="another-conversation"),
+        "audience_remote": token_for(key, context="gate-audience_remote",
+                                     audience=(LOCAL, "evil.org")),
+        "bridged_origin": token_for(make_key(origin=OriginKind.EXTERNAL_APPSERVICE),
+                                    context="gate-bridged_origin"),
+        "remote_principal": token_for(make_key("@mallory:evil.org"),
+                                      context="gate-remote_principal"),
+        "replayed": replayed,
     }
     gate: dict[str, Any] = {}
     for name, tok in gate_tokens.items():
@@ -458,7 +475,8 @@ async def run_patched(h: Harness, store: GovernedMemoryStore, admin_dsn: str) ->
     tea_id, cat_id = by_text.get("I like green tea"), by_text.get("My cat is called Miso")
     from kagent.adk._memory_scope import bind_memory_scope, reset_memory_scope
 
-    scope_token = bind_memory_scope({"x-kagent-memory-scope": token_for(key)})
+    scope_token = bind_memory_scope({"x-kagent-memory-scope": token_for(key, context="forget")},
+                                    context_id="forget")
     try:
         await h.service.delete_memory(app_name=APP_NAME, user_id="alice@example.org",
                                       memory_id=tea_id)
@@ -586,7 +604,7 @@ async def main() -> dict[str, Any]:
     # Generous budgets for the scenario; section 6 swaps in a tight one.
     loose = MemoryPolicy(version="test-loose", explicit_burst=1000, explicit_ops_per_minute=6000,
                          scope_ops_per_hour=100000)
-    controller = TestController(store, SECRET.encode(), admission_policy=loose)
+    controller = TestController(store, PUBLIC_KEYS, ISSUER, admission_policy=loose)
     embedder = EmbeddingServer()
     url = await embedder.start()
     harness = Harness(controller, embedder, ScriptedLlm())
