@@ -17,8 +17,8 @@ The token is a compact JWS/JWT (RFC 7515/7519) signed with EdDSA over Ed25519 (R
 Exactly these claims; ``0 < exp - iat <= 60``.  Verification, in this order (the first failure
 is the verdict; the shared test vectors in ``tests/vectors`` pin it for every verifier):
 
-1. at most 4096 ASCII characters, three canonical unpadded base64url segments, JSON objects
-   without duplicate members → else ``assertion_invalid``;
+1. at most 4096 ASCII characters, three canonical unpadded base64url segments, header and
+   claims JSON objects without duplicate members (or NaN/Infinity) → else ``assertion_invalid``;
 2. header members only ``alg``/``kid``/``typ``, ``alg`` exactly ``EdDSA`` (never ``none`` or
    ``HS*``), ``typ`` absent or ``JWT`` → else ``assertion_invalid``;
 3. ``kid`` names a configured public key → else ``assertion_unknown_key``;
@@ -79,7 +79,7 @@ __all__ = [
 MAX_LIFETIME = timedelta(seconds=60)  # an assertion covers one request, not a session
 DEFAULT_LIFETIME = timedelta(seconds=30)
 DEFAULT_LEEWAY = timedelta(seconds=5)  # clock skew allowed between the bridge and a verifier
-MAX_LEEWAY = timedelta(seconds=30)  # the ledger (000008) keeps a jti 10 minutes past exp
+MAX_LEEWAY = timedelta(seconds=30)  # = the database's own bound on a redeemed exp (000008)
 MAX_TOKEN_CHARS = 4096  # checked before any decoding
 
 ALGORITHM = "EdDSA"
@@ -254,18 +254,18 @@ def sign_scope_assertion(
     if not 0 <= ts <= _MAX_TS - MAX_LIFETIME.total_seconds():
         raise InvalidInput(ReasonCode.INVALID_ARGUMENT, field="now")
     issued = datetime.fromtimestamp(int(ts), UTC)
-    assertion = ScopeAssertion(
-        principal=key.principal,
-        agent=key.agent,
-        room_id=key.scope.room_id,
-        classification=classification,
-        audience=audience,
-        issued_at=issued,
-        expires_at=issued + lifetime,
-        issuer=issuer,
-        context_id=context_id,
-        jti=secrets.token_urlsafe(16) if jti is None else jti,
-    )
+    assertion = ScopeAssertion.model_validate({
+        "principal": key.principal,
+        "agent": key.agent,
+        "room_id": key.scope.room_id,
+        "classification": classification,
+        "audience": audience,
+        "issued_at": issued,
+        "expires_at": issued + lifetime,
+        "issuer": issuer,
+        "context_id": context_id,
+        "jti": secrets.token_urlsafe(16) if jti is None else jti,
+    })
     token = jwt.encode(_claims(assertion), private_key, algorithm=ALGORITHM,
                        headers={"kid": kid, "typ": "JWT"})
     if len(token) > MAX_TOKEN_CHARS:  # never hand out a token that verify must refuse
@@ -294,16 +294,18 @@ def verify_scope_assertion(
     *,
     public_keys: Mapping[str, Ed25519PublicKey],
     issuer: str,
-    agent: AgentIdentity | None = None,
-    context_id: str | None = None,
+    agent: AgentIdentity,
+    context_id: str | None,
     now: datetime | None = None,
     leeway: timedelta = DEFAULT_LEEWAY,
 ) -> ScopeAssertion:
     """Verifier side: the assertion, or ``ScopeDenied`` with the reason of the first failed
     check (see the module docstring for the order).
 
-    ``agent`` and ``context_id``, when given, must match ``aud`` and ``ctx``; the runtime
-    always passes both (``memory_request``).  Bad ``public_keys``/``issuer``/``now``/``leeway``
+    ``aud`` must name ``agent`` and ``ctx`` must be ``context_id``, the A2A context of the
+    request the token arrived with.  ``context_id=None`` is for a verifier that cannot know
+    the context (a controller route called by the runtime, after the runtime checked it); it
+    must be passed explicitly.  Bad ``public_keys``/``issuer``/``now``/``leeway``
     (including a private key where a public one belongs) are deployment errors, not bad tokens,
     and raise ``InvalidInput``.  Replay is refused later, by ``redeem_scope_assertion``.
     """
@@ -316,7 +318,7 @@ def verify_scope_assertion(
         raise InvalidInput(ReasonCode.INVALID_ARGUMENT, field="public_keys")
     if not isinstance(issuer, str) or not ISSUER.fullmatch(issuer):
         raise InvalidInput(ReasonCode.INVALID_ARGUMENT, field="issuer")
-    if agent is not None and not isinstance(agent, AgentIdentity):
+    if not isinstance(agent, AgentIdentity):
         raise InvalidInput(ReasonCode.INVALID_ARGUMENT, field="agent")
     if context_id is not None and not isinstance(context_id, str):
         raise InvalidInput(ReasonCode.INVALID_ARGUMENT, field="context_id")
@@ -334,7 +336,7 @@ def verify_scope_assertion(
             reason = ReasonCode.ASSERTION_INVALID
         elif now - assertion.expires_at >= leeway:  # differences: no overflow near the limits
             reason = ReasonCode.ASSERTION_EXPIRED
-        elif agent is not None and assertion.agent != agent:
+        elif assertion.agent != agent:
             reason = ReasonCode.AGENT_MISMATCH
         elif context_id is not None and assertion.context_id != context_id:
             reason = ReasonCode.CONTEXT_MISMATCH
@@ -354,9 +356,10 @@ def _verified(token: Any, public_keys: Mapping[str, Ed25519PublicKey], issuer: s
     raw_header, raw_claims = _unb64(parts[0]), _unb64(parts[1])
     if raw_header is None or raw_claims is None or _unb64(parts[2]) is None:
         return invalid
-    header = _json_object(raw_header)
+    header, claims = _json_object(raw_header), _json_object(raw_claims)
     if (
         header is None
+        or claims is None
         or not set(header) <= _HEADER
         or header.get("alg") != ALGORITHM
         or header.get("typ", "JWT") != "JWT"
@@ -370,8 +373,7 @@ def _verified(token: Any, public_keys: Mapping[str, Ed25519PublicKey], issuer: s
         jwt.PyJWS().decode_complete(token, key=key, algorithms=[ALGORITHM])
     except jwt.PyJWTError:
         return invalid
-    claims = _json_object(raw_claims)
-    if claims is None or set(claims) != _CLAIMS or claims["iss"] != issuer:
+    if set(claims) != _CLAIMS or claims["iss"] != issuer:
         return invalid
     assertion = _parse(claims)
     return invalid if assertion is None else (None, assertion)
@@ -421,15 +423,20 @@ def _unb64(segment: str) -> bytes | None:
 
 
 def _json_object(raw: bytes) -> dict[str, Any] | None:
-    """A JSON object with no duplicate member names (a second spelling of a claim), else None."""
+    """A JSON object with no duplicate member names (a second spelling of a claim) and no
+    NaN/Infinity (not JSON: other verifiers refuse them), else None."""
     def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
         out = dict(items)
         if len(out) != len(items):
             raise ValueError("duplicate member")
         return out
 
+    def no_constant(name: str) -> Any:
+        raise ValueError("NaN and Infinity are not JSON")
+
     try:
-        value = json.loads(raw.decode("utf-8"), object_pairs_hook=pairs)
+        value = json.loads(raw.decode("utf-8"), object_pairs_hook=pairs,
+                           parse_constant=no_constant)
     except (ValueError, RecursionError):
         return None
     return value if isinstance(value, dict) else None

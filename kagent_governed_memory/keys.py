@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
@@ -51,8 +52,19 @@ PRIVATE_KEY_ENV = "KGM_ASSERTION_PRIVATE_KEY"  # the bridge only
 PUBLIC_KEYS_ENV = "KGM_ASSERTION_PUBLIC_KEYS"  # runtimes, controller
 MAX_KEY_SOURCE_BYTES = 64 * 1024
 KID = re.compile(r"[A-Za-z0-9._~-]{1,128}")
-_PEM_BLOCK = re.compile(
-    rb"-----BEGIN ([A-Z0-9 ]+)-----\r?\n[A-Za-z0-9+/=\r\n]+-----END \1-----")
+_PEM_PUBLIC_KEY = re.compile(
+    rb"-----BEGIN PUBLIC KEY-----\r?\n[A-Za-z0-9+/=\r\n]+-----END PUBLIC KEY-----")
+_JWK_PUBLIC = frozenset({"kty", "crv", "x", "kid", "use", "alg", "key_ops"})
+_JWK_PRIVATE = _JWK_PUBLIC | {"d"}
+_SMALL_ORDER = frozenset(bytes.fromhex(h) for h in (  # libsodium ed25519_is_small_order
+    "0100000000000000000000000000000000000000000000000000000000000000",
+    "c7176a703d4dd84fba3c0b760d10670f2a2053fa2c39ccc64ec7fd7792ac037a",
+    "0000000000000000000000000000000000000000000000000000000000000000",
+    "26e8958fc2b227b045c3f489f2ef98f0d5dfac05d3c63339b13802886d53fc05",
+    "ecffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff7f",
+    "edffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff7f",
+    "eeffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff7f",
+))
 
 
 def _bad(field: str) -> InvalidInput:
@@ -114,64 +126,84 @@ def public_jwks(keys: PublicKeys | Ed25519PublicKey | Ed25519PrivateKey) -> dict
 
 def load_private_key(source: str | bytes | os.PathLike[str]) -> Ed25519PrivateKey:
     """The bridge's signing key from PEM (PKCS#8) or a private JWK (with ``d``); a path is read."""
-    data = _read(source, "private_key")
-    stripped = data.strip()
+    data = _read(source, "private_key").strip()
     key: Any = None
-    if stripped.startswith(b"{"):
-        jwk = _json_object(stripped, "private_key")
-        d = _okp_bytes(jwk, "d", "private_key")
-        x = _okp_bytes(jwk, "x", "private_key")
-        key = Ed25519PrivateKey.from_private_bytes(d)
-        if _raw_public(key.public_key()) != x:
-            raise _bad("private_key")
+    if data.startswith(b"{"):
+        jwk = _json_object(data)
+        d = _okp_bytes(jwk, "d") if jwk is not None and set(jwk) <= _JWK_PRIVATE else None
+        x = _okp_bytes(jwk, "x") if jwk is not None else None
+        if d is not None and x is not None:
+            key = Ed25519PrivateKey.from_private_bytes(d)
+            if _raw_public(key.public_key()) != x:
+                key = None
     else:
-        try:
-            key = serialization.load_pem_private_key(stripped, password=None)
-        except (ValueError, TypeError):
-            key = None
+        key = _loaded(serialization.load_pem_private_key, data, password=None)
     if not isinstance(key, Ed25519PrivateKey):
         raise _bad("private_key")  # not Ed25519, encrypted or malformed
     return key
 
 
 def load_public_keys(source: str | bytes | os.PathLike[str]) -> dict[str, Ed25519PublicKey]:
-    """``kid -> key`` for every public key in ``source`` (PEM blocks, a JWK or a JWK Set).
+    """``kid -> key`` for every public key in ``source``: ``PUBLIC KEY`` PEM blocks (and
+    nothing else but whitespace), a JWK or a JWK Set.
 
-    Refuses: private key material of any kind, keys that are not Ed25519, duplicate ``kid``s,
-    an empty set, and anything malformed.
+    Refuses: private key material of any kind (JWKs may carry only ``kty``, ``crv``, ``x``,
+    ``kid``, ``use``, ``alg`` and ``key_ops``), keys that are not Ed25519, small-order keys
+    (which verify forged signatures), duplicate ``kid``s, an empty set, anything malformed.
     """
-    data = _read(source, "public_keys").strip()
-    if b"PRIVATE" in data or b'"d"' in data:
-        raise _bad("public_keys")  # a verifier never holds a signing key
-    found: list[tuple[str, Ed25519PublicKey]] = []
-    if data.startswith(b"{"):
-        doc = _json_object(data, "public_keys")
-        jwks = doc.get("keys") if "keys" in doc else [doc]
-        if not isinstance(jwks, list) or (set(doc) - {"keys"} and "keys" in doc):
-            raise _bad("public_keys")
-        for jwk in jwks:
-            if not isinstance(jwk, dict):
-                raise _bad("public_keys")
-            if jwk.get("alg", "EdDSA") != "EdDSA" or jwk.get("use", "sig") != "sig":
-                raise _bad("public_keys")
-            key = Ed25519PublicKey.from_public_bytes(_okp_bytes(jwk, "x", "public_keys"))
-            kid = jwk.get("kid", key_id(key))
-            if not isinstance(kid, str) or not KID.fullmatch(kid):
-                raise _bad("public_keys")
-            found.append((kid, key))
-    else:
-        for block in (m.group(0) for m in _PEM_BLOCK.finditer(data)):
-            try:
-                key = serialization.load_pem_public_key(block)
-            except (ValueError, TypeError):
-                raise _bad("public_keys") from None
-            if not isinstance(key, Ed25519PublicKey):
-                raise _bad("public_keys")
-            found.append((key_id(key), key))
-    keys = dict(found)
-    if not keys or len(keys) != len(found):
+    found = _public_keys(_read(source, "public_keys").strip())
+    keys = dict(found or [])
+    if not found or len(keys) != len(found):
         raise _bad("public_keys")
     return keys
+
+
+def _public_keys(data: bytes) -> list[tuple[str, Ed25519PublicKey]] | None:
+    found: list[tuple[str, Ed25519PublicKey]] = []
+    if data.startswith(b"{"):
+        doc = _json_object(data)
+        if doc is None:
+            return None
+        jwks = doc["keys"] if set(doc) == {"keys"} else [doc]
+        if not isinstance(jwks, list):
+            return None
+        for jwk in jwks:
+            if not isinstance(jwk, dict) or not set(jwk) <= _JWK_PUBLIC:
+                return None  # "d" (however spelled in JSON) and anything unknown: refused
+            if jwk.get("alg", "EdDSA") != "EdDSA" or jwk.get("use", "sig") != "sig":
+                return None
+            raw = _okp_bytes(jwk, "x")
+            if raw is None or _small_order(raw):
+                return None
+            key = Ed25519PublicKey.from_public_bytes(raw)
+            kid = jwk.get("kid", key_id(key))
+            if not isinstance(kid, str) or not KID.fullmatch(kid):
+                return None
+            found.append((kid, key))
+        return found
+    blocks = list(_PEM_PUBLIC_KEY.finditer(data))
+    if _PEM_PUBLIC_KEY.sub(b"", data).strip():
+        return None  # only PUBLIC KEY blocks: no private or unknown material beside them
+    for block in blocks:
+        loaded = _loaded(serialization.load_pem_public_key, block.group(0))
+        if not isinstance(loaded, Ed25519PublicKey) or _small_order(_raw_public(loaded)):
+            return None
+        found.append((key_id(loaded), loaded))
+    return found
+
+
+def _loaded(loader: Any, data: bytes, **kw: Any) -> Any:
+    """``loader(data)`` or ``None``: cryptography's errors (which may quote input) never escape."""
+    try:
+        return loader(data, **kw)
+    except (ValueError, TypeError, UnsupportedAlgorithm):
+        return None
+
+
+def _small_order(raw: bytes) -> bool:
+    """One of the eight small-order points, in any of its encodings (libsodium's list; the
+    sign bit is ignored): such a "public key" verifies signatures nobody made."""
+    return raw[:31] + bytes([raw[31] & 0x7F]) in _SMALL_ORDER
 
 
 def public_keys_from_env(name: str = PUBLIC_KEYS_ENV) -> dict[str, Ed25519PublicKey]:
@@ -192,46 +224,47 @@ def _env(name: str, field: str) -> str | bytes | Path:
 
 
 def _read(source: Any, field: str) -> bytes:
+    data: bytes | None = None
     if isinstance(source, os.PathLike):
         try:
             with open(source, "rb") as f:
                 data = f.read(MAX_KEY_SOURCE_BYTES + 1)
         except OSError:
-            raise _bad(field) from None
+            data = None
     elif isinstance(source, str):
         data = source.encode("utf-8")
     elif isinstance(source, bytes | bytearray):
         data = bytes(source)
-    else:
-        raise _bad(field)
-    if not data.strip() or len(data) > MAX_KEY_SOURCE_BYTES:
+    if data is None or not data.strip() or len(data) > MAX_KEY_SOURCE_BYTES:
         raise _bad(field)
     return data
 
 
-def _json_object(data: bytes, field: str) -> dict[str, Any]:
+def _json_object(data: bytes) -> dict[str, Any] | None:
+    """A JSON object without duplicate members or NaN/Infinity, else ``None``."""
     def no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
         out = dict(pairs)
         if len(out) != len(pairs):
             raise ValueError("duplicate")
         return out
 
+    def no_constant(name: str) -> Any:
+        raise ValueError("NaN and Infinity are not JSON")
+
     try:
-        doc = json.loads(data.decode("utf-8"), object_pairs_hook=no_duplicates)
+        doc = json.loads(data.decode("utf-8"), object_pairs_hook=no_duplicates,
+                         parse_constant=no_constant)
     except (ValueError, RecursionError):
-        raise _bad(field) from None
-    if not isinstance(doc, dict):
-        raise _bad(field)
-    return doc
+        return None
+    return doc if isinstance(doc, dict) else None
 
 
-def _okp_bytes(jwk: Mapping[str, Any], member: str, field: str) -> bytes:
-    if jwk.get("kty") != "OKP" or jwk.get("crv") != "Ed25519":
-        raise _bad(field)
+def _okp_bytes(jwk: Mapping[str, Any] | None, member: str) -> bytes | None:
+    """The 32 bytes of an Ed25519 JWK member in its canonical base64url spelling, or None."""
+    if jwk is None or jwk.get("kty") != "OKP" or jwk.get("crv") != "Ed25519":
+        return None
     value = jwk.get(member)
     if not isinstance(value, str) or not re.fullmatch(r"[A-Za-z0-9_-]{43}", value):
-        raise _bad(field)
+        return None
     raw = base64.urlsafe_b64decode(value + "=")
-    if _b64(raw) != value:  # the canonical spelling only
-        raise _bad(field)
-    return raw
+    return raw if _b64(raw) == value else None

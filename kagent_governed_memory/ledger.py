@@ -5,7 +5,7 @@ captures the request's consent generation in the same transaction (``memory_rede
 migration 000008), one round trip.  A token captured from a log-free but observable place (a
 proxy, a compromised pod) and presented again -- to this process, another replica or another
 agent -- finds its ``jti`` taken: ``ScopeDenied(assertion_replayed)``.  The ledger holds only
-the random ``jti`` and when it may be forgotten; the sweep deletes it ten minutes after ``exp``.
+the random ``jti`` and when it may be forgotten: a minute after ``exp``.
 """
 
 from __future__ import annotations

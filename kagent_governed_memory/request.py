@@ -61,11 +61,11 @@ def memory_request(
     now: datetime | None = None,
 ) -> Iterator[RequestBinding]:
     """Bind one request's scope: a verified ``ScopeAssertion``, a token to verify with the
-    bridge's ``public_keys`` and ``issuer`` against this request's A2A ``context_id`` (and
-    ``agent``, when the caller knows it; the service checks it again), or ``None`` (memory
-    absent).  A token that fails verification binds no assertion and records the content-free
-    reason; so does a token without ``public_keys``/``issuer`` (``memory_not_configured``) or
-    without the request's ``context_id`` (``context_mismatch``)."""
+    bridge's ``public_keys`` and ``issuer`` for this ``agent`` and this request's A2A
+    ``context_id``, or ``None`` (memory absent).  A token that fails verification binds no
+    assertion and records the content-free reason; so does a token without
+    ``public_keys``/``issuer``/``agent`` (``memory_not_configured``) or without the request's
+    ``context_id`` (``context_mismatch``)."""
     binding = _bind(assertion, public_keys=public_keys, issuer=issuer, context_id=context_id,
                     agent=agent, room_id=room_id, now=now)
     token = _current.set(binding)
@@ -95,7 +95,7 @@ def _bind(
         if context_id is not None and assertion.context_id != context_id:
             return RequestBinding(None, ReasonCode.CONTEXT_MISMATCH, room_id)
         return RequestBinding(assertion, None, room_id)
-    if public_keys is None or issuer is None:
+    if public_keys is None or issuer is None or agent is None:
         return RequestBinding(None, ReasonCode.NOT_CONFIGURED, room_id)
     if context_id is None:  # fail closed: an unbound token would serve any conversation
         return RequestBinding(None, ReasonCode.CONTEXT_MISMATCH, room_id)

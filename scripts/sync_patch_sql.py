@@ -7,7 +7,9 @@
 * ``kagent_governed_memory/sql/migrations/NNNNNN_*.sql``
   -> ``go/core/pkg/migrations/vector/NNNNNN_*.sql`` (the migrations patch);
 * ``kagent_governed_memory/sql/queries.sql``
-  -> ``go/core/internal/database/governed_memory.sql`` (the database-client patch).
+  -> ``go/core/internal/database/governed_memory.sql`` (the database-client patch);
+* ``tests/vectors/scope_assertion_v1.json`` (the shared scope-assertion test vectors)
+  -> ``go/core/internal/memoryscope/testdata/scope_assertion_v1.json`` (the verifier patch).
 
 Default mode rewrites those file sections of the ``git format-patch`` files in place (hunk
 header line counts, ``index`` blob ids, "No newline" markers), adds or removes migration
@@ -21,7 +23,7 @@ stale, or if a touched patch's diffstat no longer matches its hunks.
 
 Stdlib only.  Usage::
 
-    python scripts/sync_patch_sql.py [--check] [--sql-dir DIR] [--patches-dir DIR]
+    python scripts/sync_patch_sql.py [--check] [--sql-dir DIR] [--patches-dir DIR] [--vectors F]
 
 ``--sql-dir`` (or ``KGM_SQL_DIR``) defaults to ``kagent_governed_memory/sql``;
 ``--patches-dir`` (or ``KGM_PATCHES_DIR``) defaults to ``patches/kagent-v0.9.11``.
@@ -43,6 +45,8 @@ DEFAULT_PATCHES_DIR = ROOT / "patches" / "kagent-v0.9.11"
 
 MIGRATIONS_PREFIX = "go/core/pkg/migrations/vector/"
 QUERIES_PATH = "go/core/internal/database/governed_memory.sql"
+VECTORS_PATH = "go/core/internal/memoryscope/testdata/scope_assertion_v1.json"
+DEFAULT_VECTORS = ROOT / "tests" / "vectors" / "scope_assertion_v1.json"
 MIGRATION_NAME = re.compile(r"^\d{6}_[a-z0-9_]+\.(up|down)\.sql$")
 NO_NEWLINE = "\\ No newline at end of file"
 STAT_WIDTH = 72  # git format-patch: MAIL_DEFAULT_WRAP
@@ -251,13 +255,15 @@ def render_stat(sections: list[Section]) -> list[str]:
 # -- the library side ----------------------------------------------------------------------
 
 
-def library_files(sql_dir: Path) -> dict[str, bytes]:
+def library_files(sql_dir: Path, vectors: Path = DEFAULT_VECTORS) -> dict[str, bytes]:
     """Patch path -> the bytes the patch must carry for it."""
     migrations = sql_dir / "migrations"
     queries = sql_dir / "queries.sql"
     if not migrations.is_dir() or not queries.is_file():
         raise PatchError(f"{sql_dir}: not a library sql/ directory (migrations/, queries.sql)")
-    out = {QUERIES_PATH: queries.read_bytes()}
+    if not vectors.is_file():
+        raise PatchError(f"{vectors}: the shared scope-assertion vectors are missing")
+    out = {QUERIES_PATH: queries.read_bytes(), VECTORS_PATH: vectors.read_bytes()}
     for item in sorted(migrations.iterdir()):
         if MIGRATION_NAME.match(item.name):
             out[MIGRATIONS_PREFIX + item.name] = item.read_bytes()
@@ -266,7 +272,7 @@ def library_files(sql_dir: Path) -> dict[str, bytes]:
 
 def is_managed(section: Section) -> bool:
     """Carried library files: the governed queries and every migration the series adds."""
-    return section.path == QUERIES_PATH or (
+    return section.path in (QUERIES_PATH, VECTORS_PATH) or (
         section.path.startswith(MIGRATIONS_PREFIX) and section.is_new)
 
 
@@ -301,9 +307,10 @@ def load_patches(patches_dir: Path) -> list[Patch]:
     return [parse_patch(p) for p in files]
 
 
-def sync(sql_dir: Path, patches_dir: Path, *, check: bool) -> list[str]:
+def sync(sql_dir: Path, patches_dir: Path, *, check: bool,
+         vectors: Path = DEFAULT_VECTORS) -> list[str]:
     """Returns the differences found (check) or the files rewritten (write)."""
-    wanted = library_files(sql_dir)
+    wanted = library_files(sql_dir, vectors)
     patches = load_patches(patches_dir)
     problems: list[str] = []
     homes: dict[str, Patch] = {}
@@ -313,10 +320,12 @@ def sync(sql_dir: Path, patches_dir: Path, *, check: bool) -> list[str]:
                 if section.path in homes:
                     problems.append(f"{section.path}: carried by more than one patch")
                 homes[section.path] = patch
-    queries_home = homes.get(QUERIES_PATH)
-    migration_homes = {id(p): p for path, p in homes.items() if path != QUERIES_PATH}
-    if queries_home is None:
-        problems.append(f"{QUERIES_PATH}: no patch carries it")
+    queries_home, vectors_home = homes.get(QUERIES_PATH), homes.get(VECTORS_PATH)
+    migration_homes = {id(p): p for path, p in homes.items()
+                       if path not in (QUERIES_PATH, VECTORS_PATH)}
+    for path, home in ((QUERIES_PATH, queries_home), (VECTORS_PATH, vectors_home)):
+        if home is None:
+            problems.append(f"{path}: no patch carries it")
     if len(migration_homes) != 1:
         problems.append(f"{MIGRATIONS_PREFIX}: the migrations must be carried by exactly one "
                         f"patch (found {len(migration_homes)})")
@@ -326,8 +335,9 @@ def sync(sql_dir: Path, patches_dir: Path, *, check: bool) -> list[str]:
 
     changed: list[str] = []
     for patch in patches:
+        homes_of = {QUERIES_PATH: queries_home, VECTORS_PATH: vectors_home}
         target = {path: data for path, data in wanted.items()
-                  if (patch is queries_home if path == QUERIES_PATH else patch is migrations_home)}
+                  if patch is homes_of.get(path, migrations_home)}
         if not target and not any(is_managed(s) for s in patch.sections):
             continue
         sections: list[Section] = []
@@ -374,9 +384,12 @@ def main(argv: list[str] | None = None) -> int:
                         default=Path(os.environ.get("KGM_SQL_DIR", DEFAULT_SQL_DIR)))
     parser.add_argument("--patches-dir", type=Path,
                         default=Path(os.environ.get("KGM_PATCHES_DIR", DEFAULT_PATCHES_DIR)))
+    parser.add_argument("--vectors", type=Path,
+                        default=Path(os.environ.get("KGM_VECTORS", DEFAULT_VECTORS)),
+                        help="the shared scope-assertion vectors (tests/vectors/...)")
     args = parser.parse_args(argv)
     try:
-        result = sync(args.sql_dir, args.patches_dir, check=args.check)
+        result = sync(args.sql_dir, args.patches_dir, check=args.check, vectors=args.vectors)
     except (PatchError, OSError, UnicodeDecodeError) as exc:
         print(f"sync_patch_sql: {exc}", file=sys.stderr)
         return 2

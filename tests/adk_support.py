@@ -152,7 +152,7 @@ class Harness:
         if token is None and key is not None:
             token = sign(key, session=session, audience=audience)
         out: list[str] = []
-        with memory_request(token, public_keys=PUBLIC_KEYS, issuer=ISSUER,
+        with memory_request(token, public_keys=PUBLIC_KEYS, issuer=ISSUER, agent=AGENT,
                             context_id=context_id(session)):
             async for event in self.runner.run_async(
                 user_id="attribution-only", session_id=self.sessions[session],

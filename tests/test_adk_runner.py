@@ -158,8 +158,8 @@ async def _turn_in_room(h, text, token, *, room):
         s = await h.runner.session_service.create_session(app_name=AGENT.app_name, user_id="u")
         h.sessions["s1"] = s.id
     out = []
-    with memory_request(token, public_keys=PUBLIC_KEYS, issuer=ISSUER, context_id=context_id(),
-                        room_id=room):
+    with memory_request(token, public_keys=PUBLIC_KEYS, issuer=ISSUER, agent=AGENT,
+                        context_id=context_id(), room_id=room):
         async for event in h.runner.run_async(
                 user_id="u", session_id=h.sessions["s1"],
                 new_message=types.Content(role="user", parts=[types.Part(text=text)])):
@@ -407,7 +407,8 @@ async def test_adk_generic_api_uses_the_binding_not_user_id(store, database):
     for key in (alice, bob):
         await store.grant(key, purpose=PURPOSE)
     token = sign(alice)
-    with memory_request(token, public_keys=PUBLIC_KEYS, issuer=ISSUER, context_id=context_id()):
+    with memory_request(token, public_keys=PUBLIC_KEYS, issuer=ISSUER, agent=AGENT,
+                        context_id=context_id()):
         await h.service.add_memory(
             app_name="anything", user_id="@bob:example.org",
             memories=[MemoryEntry(content=types.Content(parts=[types.Part(text="alice's fact")]))])

@@ -477,3 +477,20 @@ def test_t1_no_shared_secret_mode_remains() -> None:
     _denied("v1." + "e30" + "." + "A" * 43)
     assert not hasattr(assertion_mod, "MIN_SECRET_BYTES")
     assert isinstance(PRIVATE, Ed25519PrivateKey)
+
+
+def test_t1_verify_names_the_agent_and_the_context_explicitly() -> None:
+    """No silent skip: ``agent`` is required, and ``context_id`` must be passed (``None`` only
+    by a verifier that cannot know the request's A2A context)."""
+    token = _sign()
+    with pytest.raises(TypeError):
+        verify_scope_assertion(token, public_keys=PUBLIC, issuer=ISSUER,  # type: ignore[call-arg]
+                               context_id=CONTEXT, now=T0)
+    with pytest.raises(TypeError):
+        verify_scope_assertion(token, public_keys=PUBLIC, issuer=ISSUER,  # type: ignore[call-arg]
+                               agent=AGENT, now=T0)
+    with pytest.raises(InvalidInput):
+        verify_scope_assertion(token, public_keys=PUBLIC, issuer=ISSUER,
+                               agent=None, context_id=CONTEXT, now=T0)  # type: ignore[arg-type]
+    assert verify_scope_assertion(token, public_keys=PUBLIC, issuer=ISSUER, agent=AGENT,
+                                  context_id=None, now=T0).context_id == CONTEXT

@@ -54,9 +54,13 @@ def test_t1_pem_jwk_and_jwks_name_a_key_the_same() -> None:
 
 def test_t1_several_pem_blocks_are_several_keys_for_rotation() -> None:
     a, b = generate_private_key(), generate_private_key()
-    keys = load_public_keys(public_key_pem(a) + b"# next key\n" + public_key_pem(b))
+    keys = load_public_keys(public_key_pem(a) + b"\n" + public_key_pem(b))
     assert set(keys) == {key_id(a), key_id(b)}
     assert all(isinstance(k, Ed25519PublicKey) for k in keys.values())
+    # nothing but PUBLIC KEY blocks: stray text could be (raw) private material
+    for stray in (b"# next key\n", private_key_pem(a), b"d=" + b"A" * 43 + b"\n"):
+        with pytest.raises(InvalidInput):
+            load_public_keys(public_key_pem(a) + stray + public_key_pem(b))
 
 
 @pytest.mark.parametrize("source", [

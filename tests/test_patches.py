@@ -39,7 +39,7 @@ ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "scripts" / "sync_patch_sql.py"
 PATCHES = ROOT / "patches" / "kagent-v0.9.11"
 SQL_DIR = ROOT / "kagent_governed_memory" / "sql"
-GO_SERIES = 5  # 0001-0005; other numbers belong to the Python runtime series
+GO_SERIES = 7  # 0001-0007; other numbers belong to the Python runtime series
 
 _spec = importlib.util.spec_from_file_location("sync_patch_sql", SCRIPT)
 assert _spec and _spec.loader
@@ -213,7 +213,7 @@ def test_patches_are_git_format_patch_output_in_order():
         assert "-- " in patch.trailer, path.name
         if n <= GO_SERIES:
             assert m == GO_SERIES
-            assert re.match(r"(feat|fix)\((memory|adk)\): ", subject.group(3)), subject.group(3)
+            assert re.match(r"(feat|fix)\((memory|adk|a2a)\): ", subject.group(3)), subject.group(3)
             assert "Signed-off-by: " in text.split("\n---\n", 1)[0]
 
 
@@ -461,3 +461,18 @@ def test_go_routes_are_the_contracts():
         "go/core/internal/httpserver/server.go").hunks for ln in body if ln.startswith("+"))
     registered = set(re.findall(r'APIPathGovernedMemories\+"/([\w-]+)"', server))
     assert routes and registered == routes
+
+
+def test_the_verifier_patch_carries_the_shared_vectors(tmp_path):
+    """The Go verifier's testdata is byte for byte tests/vectors/scope_assertion_v1.json, and
+    --check notices when the two part."""
+    patch = sps.parse_patch(go_patch(7))
+    carried = patch.section(sps.VECTORS_PATH)
+    assert carried is not None
+    assert carried.new_file_text() == sps.DEFAULT_VECTORS.read_text()
+    changed = tmp_path / "vectors.json"
+    changed.write_text(sps.DEFAULT_VECTORS.read_text().replace("assertion_invalid",
+                                                               "assertion_valid", 1))
+    result = run_script("--check", "--vectors", str(changed))
+    assert result.returncode == 1
+    assert "scope_assertion_v1.json: differs from the library" in result.stderr

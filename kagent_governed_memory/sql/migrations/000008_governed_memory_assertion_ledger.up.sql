@@ -4,7 +4,7 @@
 -- transaction that admits the request to memory (memory_redeem_assertion): the `jti` is
 -- inserted and the request's generation captured together, so a token replayed to another
 -- request or another replica finds its `jti` taken and gets no memory.  Rows hold only the
--- random `jti` and when it may be forgotten; the sweep deletes them after that.
+-- random `jti` and when it may be forgotten (a minute after `exp`).
 
 SELECT pg_catalog.set_config('search_path', pg_catalog.concat_ws(', ',
            pg_catalog.quote_ident(pg_catalog.current_schema()),
@@ -41,8 +41,10 @@ $$;
 --         or further ahead than a 60 s lifetime plus that skew (a ledger row must not be
 --         pinned for long);
 --   KGJ01 a `jti` already redeemed (the replay).
--- The row is kept ten minutes past `exp`: far beyond any clock skew a verifier accepts, so no
--- replica still accepting the token can find the row swept.
+-- The row is kept one minute past `exp`: from 30 s past `exp` on, KGJ02 refuses the token here
+-- whatever any verifier's clock says, so a swept row can never be redeemed again.  Each call
+-- also forgets up to 16 such rows (the sweep does the rest), which keeps the ledger about as
+-- large as the last minute and a half of requests.
 CREATE OR REPLACE FUNCTION memory_redeem_assertion(
     p_jti TEXT, p_expires_at TIMESTAMPTZ,
     p_mxid TEXT, p_origin TEXT, p_namespace TEXT, p_agent TEXT, p_kind TEXT, p_room TEXT,
@@ -59,11 +61,15 @@ BEGIN
         RAISE EXCEPTION 'assertion_expired' USING ERRCODE = 'KGJ02';
     END IF;
     INSERT INTO memory_assertion_use (jti, forget_at)
-    VALUES (p_jti, p_expires_at + INTERVAL '10 minutes')
+    VALUES (p_jti, p_expires_at + INTERVAL '1 minute')
     ON CONFLICT (jti) DO NOTHING;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'assertion_replayed' USING ERRCODE = 'KGJ01';
     END IF;
+    DELETE FROM memory_assertion_use
+     WHERE jti IN (SELECT u.jti FROM memory_assertion_use u
+                    WHERE u.forget_at < now()
+                    ORDER BY u.forget_at LIMIT 16 FOR UPDATE SKIP LOCKED);
     RETURN memory_generation(p_mxid, p_origin, p_namespace, p_agent, p_kind, p_room,
                              p_policy_version, p_classification, p_output_audience);
 END
