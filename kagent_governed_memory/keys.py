@@ -90,7 +90,7 @@ def key_id(key: Ed25519PublicKey | Ed25519PrivateKey) -> str:
         key = key.public_key()
     if not isinstance(key, Ed25519PublicKey):
         raise _bad("key")
-    canonical = '{"crv":"Ed25519","kty":"OKP","x":"%s"}' % _b64(_raw_public(key))
+    canonical = f'{{"crv":"Ed25519","kty":"OKP","x":"{_b64(_raw_public(key))}"}}'
     return _b64(hashlib.sha256(canonical.encode("ascii")).digest())
 
 

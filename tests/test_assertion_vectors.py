@@ -55,7 +55,7 @@ def verdict(token: str, **over: Any) -> str:
 
 def test_t1_the_vectors_file_is_what_its_generator_writes() -> None:
     done = subprocess.run([sys.executable, str(VECTORS.parent / "generate.py"), "--check"],
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr
 
 

@@ -48,7 +48,7 @@ def raw_public(key: Ed25519PrivateKey) -> bytes:
 
 
 def thumbprint(key: Ed25519PrivateKey) -> str:
-    canonical = '{"crv":"Ed25519","kty":"OKP","x":"%s"}' % b64(raw_public(key))
+    canonical = f'{{"crv":"Ed25519","kty":"OKP","x":"{b64(raw_public(key))}"}}'
     return b64(hashlib.sha256(canonical.encode()).digest())
 
 
@@ -260,8 +260,8 @@ def key_sets() -> list[dict[str, Any]]:
          "source": json.dumps({"kty": "OKP", "crv": "X25519", "x": b64(raw_public(KEY_A))}),
          "verdict": "refused"},
         {"name": "a private JWK spelling d as \\u0064",
-         "source": json.dumps(jwk(KEY_A, KID_A))[:-1] + ', "\\u0064": "%s"}'
-         % jwk(KEY_A, KID_A, True)["d"], "verdict": "refused"},
+         "source": json.dumps(jwk(KEY_A, KID_A))[:-1]
+         + ', "\\u0064": "' + jwk(KEY_A, KID_A, True)["d"] + '"}', "verdict": "refused"},
         {"name": "a JWK with a NaN member",
          "source": json.dumps(jwk(KEY_A, KID_A))[:-1] + ', "ext": NaN}', "verdict": "refused"},
         {"name": "a small-order public key (the identity point: verifies forged signatures)",
