@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
 import re
 import secrets
 from collections.abc import Iterator, Mapping, Sequence
@@ -64,7 +63,7 @@ from .identity import (
     _fields,
     _valid_server_name,
 )
-from .keys import KID, key_id
+from .keys import KID, _json_object, key_id
 
 __all__ = [
     "DEFAULT_LEEWAY",
@@ -420,23 +419,3 @@ def _unb64(segment: str) -> bytes | None:
     except (binascii.Error, ValueError):
         return None
     return raw if _b64(raw) == segment else None  # no malleable trailing bits
-
-
-def _json_object(raw: bytes) -> dict[str, Any] | None:
-    """A JSON object with no duplicate member names (a second spelling of a claim) and no
-    NaN/Infinity (not JSON: other verifiers refuse them), else None."""
-    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
-        out = dict(items)
-        if len(out) != len(items):
-            raise ValueError("duplicate member")
-        return out
-
-    def no_constant(name: str) -> Any:
-        raise ValueError("NaN and Infinity are not JSON")
-
-    try:
-        value = json.loads(raw.decode("utf-8"), object_pairs_hook=pairs,
-                           parse_constant=no_constant)
-    except (ValueError, RecursionError):
-        return None
-    return value if isinstance(value, dict) else None
