@@ -144,3 +144,21 @@ def test_boundary_ab_runs_at_a_tiny_size():
     times = ab.run("61a202f", scopes=3, facts=5, iters=6)
     assert {k: len(v) for k, v in times.items()} == {
         ("search", "old"): 6, ("search", "new"): 6, ("save", "old"): 6, ("save", "new"): 6}
+
+
+def test_assertion_cost_runs_at_a_tiny_size():
+    """benchmarks/assertion_cost.py: sign, verify, and the generation capture with and without
+    the single-use ledger, each timed for every request."""
+    import asyncio
+    import importlib.util
+
+    path = Path(__file__).parent.parent / "benchmarks" / "assertion_cost.py"
+    spec = importlib.util.spec_from_file_location("assertion_cost", path)
+    assert spec and spec.loader
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    times = asyncio.run(bench.run(iters=6, scopes=2))
+    assert {k: len(v) for k, v in times.items()} == {
+        "sign (bridge)": 6, "verify (runtime)": 6, "generation (no ledger)": 6,
+        "redeem (ledger)": 6}
+    assert all(t > 0 for xs in times.values() for t in xs)
