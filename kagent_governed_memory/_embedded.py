@@ -21,6 +21,8 @@ _NOBODY = 65534
 SERVICE_ROLE = "kagent_memory_service"
 OWNER_ROLE = "kgm_owner"
 APP_ROLE = "kgm_app"
+OPERATOR_GROUP = "kagent_memory_operator"
+OPERATOR_ROLE = "kgm_operator"
 APP_DATABASE = "kgm"
 
 
@@ -71,7 +73,10 @@ def prepare_app_database(admin_dsn: str, database: str, template: str = "") -> N
     * ``kgm_owner`` (login, no superuser, no BYPASSRLS) owns ``database`` and runs migrations:
       it is the trust root;
     * ``kgm_app`` (login) is only a member of ``kagent_memory_service``: EXECUTE on the
-      governed functions, no table privilege.  Applications and tests connect as it.
+      governed functions, no table privilege.  Applications and tests connect as it;
+    * ``kgm_operator`` (login) is a member of ``kagent_memory_service`` and
+      ``kagent_memory_operator``: also the offboarding entry points (as the kagent controller's
+      login would be).
 
     pgvector is created by the superuser (it is not a trusted extension).
     """
@@ -90,6 +95,12 @@ def prepare_app_database(admin_dsn: str, database: str, template: str = "") -> N
         if not has(APP_ROLE):
             conn.execute(sql.SQL("CREATE ROLE {} LOGIN NOSUPERUSER NOBYPASSRLS IN ROLE {}").format(
                 sql.Identifier(APP_ROLE), sql.Identifier(SERVICE_ROLE)))
+        if not has(OPERATOR_GROUP):
+            conn.execute(sql.SQL("CREATE ROLE {} NOLOGIN").format(sql.Identifier(OPERATOR_GROUP)))
+        if not has(OPERATOR_ROLE):
+            conn.execute(sql.SQL("CREATE ROLE {} LOGIN NOSUPERUSER NOBYPASSRLS IN ROLE {}, {}")
+                         .format(sql.Identifier(OPERATOR_ROLE), sql.Identifier(SERVICE_ROLE),
+                                 sql.Identifier(OPERATOR_GROUP)))
         create = sql.SQL("CREATE DATABASE {} OWNER {}").format(
             sql.Identifier(database), sql.Identifier(OWNER_ROLE))
         if template:
@@ -108,6 +119,7 @@ class EmbeddedPostgres:
         self._root: Path | None = None
         self._pg_ctl = pg_ctl_executable()
         self.dsn = ""  # the application: a member of kagent_memory_service
+        self.operator_dsn = ""  # also a member of kagent_memory_operator: offboarding
         self.owner_dsn = ""  # the schema owner: migrations only
         self.admin_dsn = ""  # the superuser, same database
 
@@ -123,6 +135,7 @@ class EmbeddedPostgres:
         self.admin_dsn = f"host={sock} port=5432 user=postgres dbname={APP_DATABASE}"
         self.owner_dsn = f"host={sock} port=5432 user={OWNER_ROLE} dbname={APP_DATABASE}"
         self.dsn = f"host={sock} port=5432 user={APP_ROLE} dbname={APP_DATABASE}"
+        self.operator_dsn = f"host={sock} port=5432 user={OPERATOR_ROLE} dbname={APP_DATABASE}"
         return self
 
     def stop(self) -> None:

@@ -82,11 +82,13 @@ def _parser() -> argparse.ArgumentParser:
                           choices=[o.value for o in OriginKind])
     sub.add_parser("offboard", parents=[operator],
                    help="block, disable, clear and verify every scope of one principal; "
-                   "--dsn is the OWNER role").set_defaults(
+                   "--dsn is an OPERATOR login (kagent_memory_operator) or the owner"
+                   ).set_defaults(
         handler=_with_store(_offboard, privileged=True))
     sub.add_parser("unblock", parents=[operator],
                    help="lift an offboarding block so the principal may consent again; "
-                   "--dsn is the OWNER role").set_defaults(
+                   "--dsn is an OPERATOR login (kagent_memory_operator) or the owner"
+                   ).set_defaults(
         handler=_with_store(_unblock, privileged=True))
     add_key_commands(sub)
     return p

@@ -114,6 +114,7 @@ class ReasonCode(StrEnum):
     PERMISSION_DENIED = "permission_denied"
     PRIVILEGED_ROLE = "privileged_role"
     SERVICE_ROLE_MISSING = "service_role_missing"
+    OPERATOR_ROLE_MISSING = "operator_role_missing"
     LOCAL_SERVER_MISMATCH = "local_server_mismatch"
     TRANSACTION_REFUSED = "transaction_refused"
 
@@ -270,6 +271,7 @@ _SQLSTATE: dict[str, tuple[type[GovernanceError], ReasonCode]] = {
     "KGD03": (ScopeDenied, ReasonCode.PRINCIPAL_OFFBOARDED),
     "KGA01": (InvalidInput, ReasonCode.AUDIT_APPEND_ONLY),
     "KGR01": (StoreUnavailable, ReasonCode.SERVICE_ROLE_MISSING),
+    "KGR02": (StoreUnavailable, ReasonCode.OPERATOR_ROLE_MISSING),
     "KGJ01": (ScopeDenied, ReasonCode.ASSERTION_REPLAYED),
     "KGJ02": (ScopeDenied, ReasonCode.ASSERTION_EXPIRED),
     "42501": (StoreUnavailable, ReasonCode.PERMISSION_DENIED),  # insufficient_privilege

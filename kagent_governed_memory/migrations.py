@@ -16,11 +16,13 @@ import psycopg
 from . import _sql
 from .errors import GovernanceError, from_database_error
 
-__all__ = ["LATEST_VERSION", "SERVICE_ROLE", "apply_migrations", "migrate", "schema_version"]
+__all__ = ["LATEST_VERSION", "OPERATOR_ROLE", "SERVICE_ROLE", "apply_migrations", "migrate",
+           "schema_version"]
 
 _log = logging.getLogger("kagent_governed_memory.store")
 
 SERVICE_ROLE = "kagent_memory_service"
+OPERATOR_ROLE = "kagent_memory_operator"
 _MIGRATION_LOCK = 0x6B676D_0023  # pg_advisory_xact_lock key: "kgm" + ADR number
 _MIGRATIONS_TABLE = "governed_memory_schema_migrations"
 LATEST_VERSION = max(m.version for m in _sql.migrations())

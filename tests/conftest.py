@@ -31,6 +31,7 @@ from kagent_governed_memory import (
 )
 from kagent_governed_memory._embedded import (
     APP_ROLE,
+    OPERATOR_ROLE,
     OWNER_ROLE,
     pg_ctl_executable,
     prepare_app_database,
@@ -64,6 +65,7 @@ class Db:
     dsn: str  # the application role (a member of kagent_memory_service)
     admin_dsn: str  # superuser, same database
     owner_dsn: str  # the schema owner: migrations
+    operator_dsn: str = ""  # also a member of kagent_memory_operator: offboarding
 
     def admin(self) -> psycopg.Connection:
         return psycopg.connect(self.admin_dsn, autocommit=True)
@@ -87,6 +89,7 @@ def database(postgresql_proc) -> Iterator[Db]:
         dsn=make_conninfo(base, user=APP_ROLE, dbname=name),
         admin_dsn=make_conninfo(base, dbname=name),
         owner_dsn=make_conninfo(base, user=OWNER_ROLE, dbname=name),
+        operator_dsn=make_conninfo(base, user=OPERATOR_ROLE, dbname=name),
     )
     with psycopg.connect(base, autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
@@ -104,8 +107,10 @@ async def migrated(db: Db) -> Db:
 
 @pytest.fixture
 async def operator(database: Db, store: GovernedMemoryStore) -> AsyncIterator[GovernedMemoryStore]:
-    """The owner's store: offboarding and lifting a block are operator paths."""
-    s = await GovernedMemoryStore.open(database.owner_dsn, local_server=LOCAL, privileged=True,
+    """The operator's store: offboarding and lifting a block need kagent_memory_operator (an
+    ordinary, unprivileged login that is a member of it and of the service role), not the
+    owner."""
+    s = await GovernedMemoryStore.open(database.operator_dsn, local_server=LOCAL,
                                        sweep_every=None)
     yield s
     await s.close()

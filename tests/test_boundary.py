@@ -563,3 +563,25 @@ async def test_consent_for_a_remote_output_audience_is_refused(store):
     with pytest.raises(Denied):
         await store.grant(make_key(), purpose=PURPOSE,
                           output_audience=["example.org", "partner.example"])
+
+
+async def test_operator_entry_points_belong_to_the_operator_role_only(store, database):
+    """Offboarding and lifting a block: kagent_memory_operator's (000009), never the service
+    role's -- memory_disable_principal answers with every key of a principal."""
+    calls = ["SELECT * FROM memory_disable_principal('@a:example.org', 'native_local')",
+             "SELECT * FROM memory_purge_principal('@a:example.org', 'native_local')",
+             "SELECT memory_unblock_principal('@a:example.org', 'native_local')"]
+    with app(database) as conn:
+        for call in calls:
+            assert refused(conn, call) == "42501"
+    with psycopg.connect(database.operator_dsn, autocommit=True) as conn:
+        for call in calls:
+            conn.execute(call)
+        for table in ("memory_scope", "memory_principal_block", "memory_entry"):
+            assert refused(conn, f"SELECT * FROM {table}") == "42501"  # still no table access
+    with database.admin() as conn:
+        roles = conn.execute(
+            "SELECT rolname, rolsuper, rolbypassrls, rolcreaterole FROM pg_roles"
+            " WHERE rolname IN ('kgm_operator', 'kagent_memory_operator')").fetchall()
+    assert sorted(roles) == [("kagent_memory_operator", False, False, False),
+                             ("kgm_operator", False, False, False)]

@@ -1,0 +1,160 @@
+"""Two implementations of one contract, behind one small interface (issue: "one contract, two
+implementations, one suite").
+
+* ``LibraryBackend``: ``GovernedMemoryStore`` in-process, as the application login (operator
+  paths through an owner store, as the library requires).
+* ``HttpBackend``: the governed HTTP API (``upstream-pr/governed-memory-api.md``) of a
+  controller — the patched kagent Go controller compiled from the series (``go_controller.py``)
+  or any other server of that API.
+
+Both answer with plain values and raise ``Refused(reason)`` with the contract's reason code, so
+a scenario cannot tell them apart except by what they do.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import httpx
+
+from kagent_governed_memory import GovernanceError, GovernedMemoryStore, Principal, ScopeKey
+
+
+class Refused(Exception):
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class Erasure:
+    deleted: int
+    verified: bool
+
+
+class Backend(Protocol):
+    name: str
+
+    async def grant(self, key: ScopeKey, purpose: str) -> int: ...
+    async def generation(self, key: ScopeKey) -> int | None: ...
+    async def save(self, key: ScopeKey, generation: int | None, facts: list[str],
+                   vectors: list[list[float]]) -> list[str]: ...
+    async def search(self, key: ScopeKey, generation: int | None, vector: list[float],
+                     limit: int = 5) -> list[tuple[str, str]]: ...
+    async def inspect(self, key: ScopeKey) -> list[tuple[str, str]]: ...
+    async def forget(self, key: ScopeKey, entry_id: str) -> Erasure: ...
+    async def withdraw(self, key: ScopeKey) -> Erasure: ...
+    async def status(self, key: ScopeKey) -> dict[str, Any]: ...
+    async def offboard(self, principal: Principal) -> list[tuple[str, int]]: ...
+
+
+class LibraryBackend:
+    name = "library"
+
+    def __init__(self, store: GovernedMemoryStore, operator: GovernedMemoryStore) -> None:
+        self.store, self.operator = store, operator
+
+    async def _call(self, coro: Any) -> Any:
+        try:
+            return await coro
+        except GovernanceError as exc:
+            raise Refused(exc.reason.value) from None
+
+    async def grant(self, key: ScopeKey, purpose: str) -> int:
+        return (await self._call(self.store.grant(key, purpose=purpose))).generation
+
+    async def generation(self, key: ScopeKey) -> int | None:
+        return await self._call(self.store.generation(key))
+
+    async def save(self, key: ScopeKey, generation: int | None, facts: list[str],
+                   vectors: list[list[float]]) -> list[str]:
+        return await self._call(self.store.save(key, generation, facts=facts,
+                                                embeddings=vectors))
+
+    async def search(self, key: ScopeKey, generation: int | None, vector: list[float],
+                     limit: int = 5) -> list[tuple[str, str]]:
+        hits = await self._call(self.store.search(key, generation, vector, limit=limit))
+        return [(h.id, h.text) for h in hits]
+
+    async def inspect(self, key: ScopeKey) -> list[tuple[str, str]]:
+        page = await self._call(self.store.inspect(key, page_size=50))
+        return [(e.id, e.text) for e in page.entries]
+
+    async def forget(self, key: ScopeKey, entry_id: str) -> Erasure:
+        r = await self._call(self.store.forget(key, entry_id))
+        return Erasure(r.deleted, r.verified)
+
+    async def withdraw(self, key: ScopeKey) -> Erasure:
+        r = await self._call(self.store.withdraw(key))
+        return Erasure(r.deleted, r.verified)
+
+    async def status(self, key: ScopeKey) -> dict[str, Any]:
+        s = await self._call(self.store.status(key))
+        return {"enabled": s.enabled, "generation": s.generation, "entry_count": s.entry_count}
+
+    async def offboard(self, principal: Principal) -> list[tuple[str, int]]:
+        report = await self._call(self.operator.offboard(principal))
+        return [(str(s.outcome), s.deleted) for s in report.scopes]
+
+
+def scope_body(key: ScopeKey) -> dict[str, str]:
+    return {"principal": key.principal.mxid, "origin": key.principal.origin.value,
+            "agent_namespace": key.agent.namespace, "agent_name": key.agent.name,
+            "kind": key.scope.kind.value, "room_id": key.scope.room_id or ""}
+
+
+class HttpBackend:
+    name = "controller"
+    BASE = "/api/memories/governed"
+
+    def __init__(self, client: httpx.AsyncClient, *, user: str = "bridge@example.org") -> None:
+        self.client, self.user = client, user
+
+    async def _post(self, route: str, key: ScopeKey | None, **body: Any) -> Any:
+        if key is not None:
+            body["scope"] = scope_body(key)
+        r = await self.client.post(f"{self.BASE}/{route}", json=body,
+                                   headers={"X-User-Id": self.user})
+        data = r.json() if r.content else None
+        if r.status_code >= 400:
+            reason = data.get("reason") if isinstance(data, dict) else None
+            raise Refused(reason or f"http_{r.status_code}")
+        return data
+
+    async def grant(self, key: ScopeKey, purpose: str) -> int:
+        return int((await self._post("consent", key, purpose=purpose))["generation"])
+
+    async def generation(self, key: ScopeKey) -> int | None:
+        return (await self._post("generation", key))["generation"]
+
+    async def save(self, key: ScopeKey, generation: int | None, facts: list[str],
+                   vectors: list[list[float]]) -> list[str]:
+        items = [{"content": f, "vector": v} for f, v in zip(facts, vectors, strict=True)]
+        return list((await self._post("entries", key, generation=generation, items=items))["ids"])
+
+    async def search(self, key: ScopeKey, generation: int | None, vector: list[float],
+                     limit: int = 5) -> list[tuple[str, str]]:
+        data = await self._post("search", key, generation=generation, vector=vector, limit=limit)
+        return [(m["id"], m["content"]) for m in data["memories"]]
+
+    async def inspect(self, key: ScopeKey) -> list[tuple[str, str]]:
+        data = await self._post("inspect", key, page_size=50)
+        return [(e["id"], e["content"]) for e in data["entries"]]
+
+    async def forget(self, key: ScopeKey, entry_id: str) -> Erasure:
+        data = await self._post("forget", key, entry_id=entry_id)
+        return Erasure(int(data["deleted"]), bool(data["verified"]))
+
+    async def withdraw(self, key: ScopeKey) -> Erasure:
+        data = await self._post("withdraw", key)
+        return Erasure(int(data.get("deleted") or 0), bool(data["verified"]))
+
+    async def status(self, key: ScopeKey) -> dict[str, Any]:
+        data = await self._post("status", key)
+        return {k: data.get(k) for k in ("enabled", "generation", "entry_count")}
+
+    async def offboard(self, principal: Principal) -> list[tuple[str, int]]:
+        data = await self._post("offboard", None, principal=principal.mxid,
+                                origin=principal.origin.value)
+        return [(s["outcome"], int(s.get("deleted") or 0)) for s in data["scopes"]]

@@ -1,0 +1,142 @@
+"""The patched kagent controller, compiled from the Go patch series, serving the governed API.
+
+``build()`` clones kagent (``$KGM_KAGENT_SRC``: a clone or git directory holding tag v0.9.11;
+default: this workplace's mirror when present) at v0.9.11, applies the Go patches with ``git am``,
+adds the verification overlay ``tests/go_overlay/governed_memory_testserver_test.go`` (never part
+of the series) and compiles ``go test -c`` of ``core/internal/httpserver``: the controller's own
+handlers, database client and middleware.  The binary is cached per hash of (the Go patches,
+the overlay, ``go version``) under ``$KGM_GO_CONTROLLER_CACHE`` (default
+``~/.cache/kagent-governed-memory/go-controller``); Go's own module and build caches make a
+rebuild fast.
+
+``serve(dsn, local_server)`` starts it on a loopback port and yields the base URL.  Missing Go or
+missing kagent source raises ``Unavailable`` with the reason, which the tests report loudly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+PATCHES = REPO / "patches" / "kagent-v0.9.11"
+OVERLAY = REPO / "tests" / "go_overlay" / "governed_memory_testserver_test.go"
+DEFAULT_SRC = Path("/work/.mirror/kagent-dev+kagent/repo")
+TAG = "v0.9.11"
+
+
+class Unavailable(RuntimeError):
+    pass
+
+
+def kagent_source() -> Path:
+    given = os.environ.get("KGM_KAGENT_SRC")
+    src = Path(given) if given else DEFAULT_SRC
+    if not src.exists():
+        raise Unavailable("no kagent source: set KGM_KAGENT_SRC to a kagent clone (tag v0.9.11)")
+    return src
+
+
+def go_binary() -> str:
+    go = shutil.which("go")
+    if go is None:
+        raise Unavailable("go not found on PATH")
+    return go
+
+
+def go_patches() -> list[Path]:
+    found = sorted(p for p in PATCHES.glob("000*.patch"))
+    if not found:
+        raise Unavailable(f"no Go patches in {PATCHES}")
+    return found
+
+
+def _cache_root() -> Path:
+    given = os.environ.get("KGM_GO_CONTROLLER_CACHE")
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return Path(given) if given else base / "kagent-governed-memory" / "go-controller"
+
+
+def _run(cmd: list[str], cwd: Path, **kw: object) -> None:
+    done = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, check=False,
+                          **kw)  # type: ignore[call-overload]
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd[:3])} failed in {cwd}:\n{done.stderr[-4000:]}")
+
+
+def build() -> tuple[Path, Path, bool]:
+    """(the kagent tree with the Go series applied, the server binary, built now?)."""
+    go, src = go_binary(), kagent_source()
+    version = subprocess.run([go, "version"], capture_output=True, text=True,
+                             check=True).stdout.strip()
+    h = hashlib.sha256(version.encode())
+    for path in [*go_patches(), OVERLAY]:
+        h.update(path.name.encode() + b"\0" + path.read_bytes())
+    root = _cache_root()
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / h.hexdigest()[:16]
+    binary = final / "governed-memory-testserver"
+    with open(root / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if binary.exists():
+            return final / "kagent", binary, False
+        work = Path(tempfile.mkdtemp(dir=root, prefix="build-"))
+        try:
+            tree = work / "kagent"
+            _run(["git", "clone", "-q", "--no-checkout", str(src), str(tree)], work)
+            _run(["git", "checkout", "-q", TAG], tree)
+            _run(["git", "-c", "user.name=verify", "-c", "user.email=verify@localhost", "am",
+                  "-q", *map(str, go_patches())], tree)
+            shutil.copy(OVERLAY, tree / "go" / "core" / "internal" / "httpserver" / OVERLAY.name)
+            _run([go, "test", "-c", "-o", str(work / binary.name), "./core/internal/httpserver/"],
+                 tree / "go")
+            if final.exists():
+                shutil.rmtree(final)
+            work.rename(final)
+        finally:
+            if work.exists():
+                shutil.rmtree(work, ignore_errors=True)
+    return final / "kagent", binary, True
+
+
+@contextlib.contextmanager
+def serve(dsn: str, *, local_server: str = "example.org",
+          log: Path | None = None) -> Iterator[str]:
+    """The compiled controller on a loopback port, as ``http://127.0.0.1:PORT``."""
+    _, binary, _ = build()
+    with tempfile.TemporaryDirectory() as tmp:
+        addr = Path(tmp) / "addr"
+        out = open(log or Path(tmp) / "server.log", "w")  # noqa: SIM115
+        env = {**os.environ, "KGM_TESTSERVER_ADDR_FILE": str(addr),
+               "KGM_TESTSERVER_DSN": dsn, "KGM_TESTSERVER_LOCAL_SERVER": local_server}
+        proc = subprocess.Popen([str(binary), "-test.run", "^TestGovernedMemoryTestServer$",
+                                 "-test.v"], stdin=subprocess.PIPE, stdout=out,
+                                stderr=subprocess.STDOUT, env=env)
+        try:
+            deadline = time.monotonic() + 60
+            while not (addr.exists() and addr.read_text()):
+                if proc.poll() is not None:
+                    out.flush()
+                    text = Path(out.name).read_text()[-3000:]
+                    raise RuntimeError(f"the controller exited ({proc.returncode}):\n{text}")
+                if time.monotonic() > deadline:
+                    raise RuntimeError("the controller did not start within 60 s")
+                time.sleep(0.05)
+            yield f"http://{addr.read_text()}"
+        finally:
+            if proc.stdin:
+                proc.stdin.close()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            out.close()

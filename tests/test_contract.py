@@ -1,0 +1,254 @@
+"""One contract, two implementations: every scenario runs on the library's store in-process and
+on the patched kagent controller compiled from the Go series (``go_controller.py``), each on its
+own PostgreSQL database, as EXECUTE-only logins: the application's (a member of
+``kagent_memory_service``), and for offboarding the operator's (also ``kagent_memory_operator``),
+which is also the compiled controller's login.
+
+Without Go or kagent's source the controller runs are reported as NOT RUN (skipped, with the
+reason in pytest's summary); the library runs always run.  The scenarios use fresh keys, so the
+controller serves one database for the whole module.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import httpx
+import psycopg
+import pytest
+from contract_backends import Backend, HttpBackend, LibraryBackend, Refused
+from go_controller import Unavailable, serve
+from psycopg.conninfo import make_conninfo
+
+from kagent_governed_memory import (
+    AgentIdentity,
+    GovernedMemoryStore,
+    HashingEmbedder,
+    MemoryScope,
+    OriginKind,
+    Principal,
+    ScopeKey,
+    migrate,
+)
+from kagent_governed_memory._embedded import (
+    APP_ROLE,
+    OPERATOR_ROLE,
+    OWNER_ROLE,
+    prepare_app_database,
+)
+
+LOCAL = "example.org"
+PURPOSE = "personal_preferences"
+EMBED = HashingEmbedder()
+BACKENDS = ["library", "controller"]
+
+
+def fresh_key(tag: str, *, mxid: str | None = None, agent: str = "my-agent") -> ScopeKey:
+    suffix = secrets.token_hex(5)
+    return ScopeKey(principal=Principal(mxid=mxid or f"@{tag}{suffix}:{LOCAL}",
+                                        origin=OriginKind.NATIVE_LOCAL),
+                    agent=AgentIdentity(namespace="kagent", name=agent),
+                    scope=MemoryScope.control_room(f"!{tag}{suffix}:{LOCAL}"))
+
+
+def vec(text: str) -> list[float]:
+    return EMBED.embed_one(text)
+
+
+class Db:
+    def __init__(self, app: str, owner: str, admin: str, operator: str) -> None:
+        self.app, self.owner, self.admin, self.operator = app, owner, admin, operator
+
+    def scalar(self, sql: str, params: list[Any] | None = None) -> Any:
+        with psycopg.connect(self.admin, autocommit=True) as conn:
+            row = conn.execute(sql, params or []).fetchone()
+            return None if row is None else row[0]
+
+    def rows_of(self, key: ScopeKey) -> int:
+        return int(self.scalar(
+            "SELECT count(*) FROM memory_entry e JOIN memory_scope s ON s.id = e.scope_id"
+            " WHERE s.principal_mxid = %s AND s.room_id = %s",
+            [key.principal.mxid, key.scope.room_id]))
+
+    def expire_now(self, entry_id: str) -> None:
+        with psycopg.connect(self.admin, autocommit=True) as conn:
+            conn.execute("SET session_replication_role = replica")  # past the immutability trigger
+            conn.execute("UPDATE memory_entry SET expires_at = now() - interval '1 millisecond'"
+                         " WHERE id = %s", [entry_id])
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def backend_db(request: pytest.FixtureRequest, postgresql_proc: Any) -> Iterator[tuple[str, Db]]:
+    name = f"c_{uuid.uuid4().hex[:16]}"
+    base = make_conninfo(host=postgresql_proc.host, port=postgresql_proc.port,
+                         user=postgresql_proc.user, dbname="postgres")
+    prepare_app_database(base, name, template=postgresql_proc.template_dbname)
+    db = Db(make_conninfo(base, user=APP_ROLE, dbname=name),
+            make_conninfo(base, user=OWNER_ROLE, dbname=name), make_conninfo(base, dbname=name),
+            make_conninfo(base, user=OPERATOR_ROLE, dbname=name))
+    asyncio.run(migrate(db.owner, local_server=LOCAL))
+    yield request.param, db
+    with psycopg.connect(base, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="module")
+def controller_url(backend_db: tuple[str, Db]) -> Iterator[str | None]:
+    kind, db = backend_db
+    if kind != "controller":
+        yield None
+        return
+    try:
+        # the controller's login: the service role, and the operator role for /offboard
+        with serve(db.operator, local_server=LOCAL) as url:
+            yield url
+    except Unavailable as exc:
+        pytest.skip(f"GO VERIFICATION NOT RUN: the compiled controller is unavailable ({exc})")
+
+
+@pytest.fixture
+async def b(backend_db: tuple[str, Db], controller_url: str | None) -> AsyncIterator[Backend]:
+    kind, db = backend_db
+    if kind == "library":
+        store = await GovernedMemoryStore.open(db.app, local_server=LOCAL, sweep_every=None)
+        operator = await GovernedMemoryStore.open(db.operator, local_server=LOCAL,
+                                                  sweep_every=None)
+        try:
+            yield LibraryBackend(store, operator)
+        finally:
+            await store.close()
+            await operator.close()
+    else:
+        assert controller_url is not None
+        async with httpx.AsyncClient(base_url=controller_url, timeout=30) as client:
+            yield HttpBackend(client)
+
+
+@pytest.fixture
+def db(backend_db: tuple[str, Db]) -> Db:
+    return backend_db[1]
+
+
+async def refused(coro: Any) -> str:
+    with pytest.raises(Refused) as info:
+        await coro
+    return info.value.reason
+
+
+# -- the scenarios ---------------------------------------------------------------------------
+
+
+async def test_consent_before_collection(b: Backend, db: Db) -> None:
+    key = fresh_key("c")
+    assert await b.generation(key) is None
+    assert await refused(b.save(key, 1, ["likes tea"], [vec("likes tea")])) == "consent_required"
+    assert db.rows_of(key) == 0
+    generation = await b.grant(key, PURPOSE)
+    assert generation >= 1 and await b.generation(key) == generation
+    ids = await b.save(key, generation, ["likes tea"], [vec("likes tea")])
+    assert len(ids) == 1 and db.rows_of(key) == 1
+
+
+async def test_generation_fence_under_a_racing_withdrawal(b: Backend, db: Db) -> None:
+    key = fresh_key("f")
+    generation = await b.grant(key, PURPOSE)
+    await b.save(key, generation, ["first"], [vec("first")])
+
+    async def late_save(i: int) -> str:
+        try:
+            await b.save(key, generation, [f"late {i}"], [vec(f"late {i}")])
+            return "saved"
+        except Refused as exc:
+            return exc.reason
+
+    outcomes = await asyncio.gather(b.withdraw(key), *(late_save(i) for i in range(8)))
+    assert all(o in ("saved", "stale_generation", "consent_required") for o in outcomes[1:])
+    # whatever raced, nothing survives the withdrawal and the old generation is dead
+    assert db.rows_of(key) == 0
+    assert await refused(b.save(key, generation, ["after"], [vec("after")])) in (
+        "consent_required", "stale_generation")
+    assert (await b.status(key))["enabled"] is False
+
+
+async def test_per_entry_forget_is_verified(b: Backend, db: Db) -> None:
+    key = fresh_key("p")
+    generation = await b.grant(key, PURPOSE)
+    tea, cat = await b.save(key, generation, ["likes green tea", "cat is called Miso"],
+                            [vec("likes green tea"), vec("cat is called Miso")])
+    erased = await b.forget(key, tea)
+    assert (erased.deleted, erased.verified) == (1, True)
+    hits = await b.search(key, generation, vec("likes green tea"), limit=5)
+    assert [h[0] for h in hits] == [cat]
+    assert [e[0] for e in await b.inspect(key)] == [cat]
+    again = await b.forget(key, tea)
+    assert (again.deleted, again.verified) == (0, True)
+    assert db.rows_of(key) == 1
+
+
+async def test_no_existence_oracle(b: Backend, db: Db) -> None:
+    """Another scope's entry, an unknown id and a scope without consent all answer alike."""
+    alice, mallory = fresh_key("a"), fresh_key("m")
+    generation = await b.grant(alice, PURPOSE)
+    [secret] = await b.save(alice, generation, ["spare key under the mat"],
+                            [vec("spare key under the mat")])
+    await b.grant(mallory, PURPOSE)
+    answers = [await b.forget(mallory, secret), await b.forget(mallory, str(uuid.uuid4())),
+               await b.forget(fresh_key("n"), secret)]
+    assert {(a.deleted, a.verified) for a in answers} == {(0, True)}
+    assert db.rows_of(alice) == 1
+
+
+async def test_read_time_expiry_at_the_instant(b: Backend, db: Db) -> None:
+    key = fresh_key("e")
+    generation = await b.grant(key, PURPOSE)
+    old, live = await b.save(key, generation, ["expires now", "still here"],
+                             [vec("expires now"), vec("still here")])
+    db.expire_now(old)  # not swept: only past its expiry by a millisecond
+    hits = await b.search(key, generation, vec("expires now"), limit=5)
+    assert [h[0] for h in hits] == [live]
+    assert [e[0] for e in await b.inspect(key)] == [live]
+    assert db.rows_of(key) == 2  # physically still there, unreadable all the same
+
+
+async def test_cap_refusal(b: Backend, db: Db) -> None:
+    key = fresh_key("k")
+    generation = await b.grant(key, PURPOSE)
+    facts = [f"fact number {i}" for i in range(100)]
+    for i in range(0, 100, 25):
+        await b.save(key, generation, facts[i:i + 25], [vec(f) for f in facts[i:i + 25]])
+    assert await refused(b.save(key, generation, ["one too many"],
+                                [vec("one too many")])) == "entry_cap_reached"
+    assert db.rows_of(key) == 100
+
+
+async def test_withdraw_disables_first_and_fails_closed(b: Backend, db: Db) -> None:
+    key = fresh_key("w")
+    generation = await b.grant(key, PURPOSE)
+    await b.save(key, generation, ["a", "b"], [vec("a"), vec("b")])
+    erased = await b.withdraw(key)
+    assert (erased.deleted, erased.verified) == (2, True)
+    assert await b.generation(key) is None
+    assert await refused(b.search(key, generation, vec("a"))) in ("consent_required",
+                                                                   "stale_generation")
+    status = await b.status(key)
+    assert status["enabled"] is False and status["entry_count"] == 0
+    again = await b.grant(key, PURPOSE)
+    assert again > generation
+    assert await refused(b.save(key, generation, ["old"], [vec("old")])) == "stale_generation"
+    assert (await b.withdraw(key)).verified  # idempotent
+
+
+async def test_offboarding_leaves_nothing_and_blocks(b: Backend, db: Db) -> None:
+    mxid = f"@off{secrets.token_hex(5)}:{LOCAL}"
+    keys = [fresh_key("o", mxid=mxid, agent=agent) for agent in ("agent-a", "agent-b")]
+    for key in keys:
+        generation = await b.grant(key, PURPOSE)
+        await b.save(key, generation, ["private fact"], [vec("private fact")])
+    report = await b.offboard(keys[0].principal)
+    assert sorted(report) == [("cleared", 1), ("cleared", 1)]
+    assert db.scalar("SELECT count(*) FROM memory_scope WHERE principal_mxid = %s", [mxid]) == 0
+    assert await refused(b.grant(keys[0], PURPOSE)) == "principal_offboarded"
