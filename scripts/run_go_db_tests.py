@@ -11,15 +11,18 @@ container) and runs ``go test -race -count=1`` package by package in ``TREE/go``
 CI does (``go test -race ./...``).
 
 Roles.  ``EmbeddedPostgres`` prepares the roles of docs/database-roles.md, among them the
-NOLOGIN service role ``kagent_memory_service``; the governed migrations grant it EXECUTE on the
-governed entry points only.  The governed tests (``database`` and ``httpserver/handlers``)
-do not run as the superuser: each creates, through ``dbtest.MemberLoginT``, a throwaway login
-that is only a member of ``kagent_memory_service`` and runs the client and the HTTP handlers
-as it, as the controller should connect.  The superuser only migrates and resets tables.  The
-script turns on ``log_connections`` and DDL logging for its private server and prints, per
-package pattern, which logins connected and which role each ``kagent_test_*`` login was made a
-member of, so the report shows what actually ran as what.  Afterwards it checks that no test
-database or login was left behind.
+NOLOGIN groups ``kagent_memory_service`` (EXECUTE on the governed entry points only) and
+``kagent_memory_operator`` (EXECUTE on the three offboarding entry points only); the script
+makes sure both exist before the tests' concurrent migrations run.  The governed tests
+(``database`` and ``httpserver/handlers``) do not run as the superuser: through
+``dbtest.MemberLoginT`` each creates throwaway logins that are members of those groups only --
+``kagent_memory_service`` for the database client, ``kagent_memory_service`` +
+``kagent_memory_operator`` for the controller's HTTP handlers, a service-only login to check
+that offboarding is refused to it.  The superuser only creates the databases, migrates and
+resets tables.  The script turns on ``log_connections`` and DDL logging for its private server
+and prints, per package pattern, which logins connected and what each ``kagent_test_*`` login
+was made a member of, so the report shows what actually ran as what.  Afterwards it checks
+that no test database or login was left behind.
 
 Stdlib only (plus the library's ``_embedded`` module, which brings the server and ``psql``).
 Usage::
@@ -48,6 +51,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 SEAM_ENV = "KAGENT_TEST_DATABASE_URL"
 SEAM_FILE = "core/internal/dbtest/pgserver/pgserver.go"
 SERVICE_ROLE = "kagent_memory_service"
+OPERATOR_GROUP = "kagent_memory_operator"
 TEST_PREFIX = "kagent_test_"
 
 # The packages the series touches, plus the two that only host DB tests through dbtest: the
@@ -65,7 +69,9 @@ DEFAULT_PACKAGES = [
 
 _AUTHORIZED = re.compile(r"connection authorized: user=(\S+) database=(\S+)")
 _CREATE_LOGIN = re.compile(
-    r'CREATE ROLE "?(' + TEST_PREFIX + r'\w+)"? LOGIN\b.*\bIN ROLE "?(\w+)"?', re.IGNORECASE)
+    r'CREATE ROLE "?(' + TEST_PREFIX + r'\w+)"? LOGIN\b.*?(?:\bIN ROLE (.*))?$',
+    re.IGNORECASE | re.MULTILINE)
+_IDENTIFIER = re.compile(r'"?(\w+)"?')
 
 
 def _dsn_parts(dsn: str) -> dict[str, str]:
@@ -125,7 +131,8 @@ def describe_roles(log_text: str, superuser: str) -> list[str]:
     users: dict[str, set[str]] = {}
     for user, database in _AUTHORIZED.findall(log_text):
         users.setdefault(user, set()).add(database)
-    member_of = {login: role for login, role in _CREATE_LOGIN.findall(log_text)}
+    member_of = {login: " + ".join(_IDENTIFIER.findall(roles)) or "no role"
+                 for login, roles in _CREATE_LOGIN.findall(log_text)}
     out = []
     if superuser in users:
         dbs = {d for d in users.pop(superuser) if d.startswith(TEST_PREFIX)}
@@ -138,7 +145,7 @@ def describe_roles(log_text: str, superuser: str) -> list[str]:
         else:
             out.append(f"{user} (not created by the tests)")
     for role, count in sorted(by_role.items()):
-        out.append(f"{count} throwaway login(s) {TEST_PREFIX}* that are members of {role} only")
+        out.append(f"{count} throwaway login(s) {TEST_PREFIX}*, members of {role} only")
     unused = [login for login in member_of if login not in users]
     if unused:
         out.append(f"{len(unused)} login(s) created but never connected")
@@ -262,16 +269,17 @@ def _run(pg, go: str, workdir: Path, packages: list[str], verbose: bool) -> int:
     superuser = _dsn_parts(pg.admin_dsn)["user"]
     version, data_directory = psql("SELECT version(), current_setting('data_directory')")[0].split("|")
     extension = psql("SELECT default_version FROM pg_available_extensions WHERE name = 'vector'")
-    # EmbeddedPostgres already made the service role (prepare_app_database); make sure of it, so
-    # the tests' concurrent migrations never race to create it.
-    psql(f"DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '{SERVICE_ROLE}') "
-         f"THEN CREATE ROLE {SERVICE_ROLE} NOLOGIN; END IF; END $$")
+    # EmbeddedPostgres already made the groups (prepare_app_database); make sure of them, so the
+    # tests' concurrent migrations never race to create them.
+    for group in (SERVICE_ROLE, OPERATOR_GROUP):
+        psql(f"DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '{group}') "
+             f"THEN CREATE ROLE {group} NOLOGIN; END IF; END $$")
     psql("ALTER SYSTEM SET log_connections = 'on'")
     psql("ALTER SYSTEM SET log_statement = 'ddl'")
     psql("SELECT pg_reload_conf()")
     log = ServerLog(data_directory)
     print(f"db:   {version.split(' on ')[0]}, pgvector {extension[0] if extension else 'MISSING'}, "
-          f"roles: {superuser} (superuser), {SERVICE_ROLE} (NOLOGIN)")
+          f"roles: {superuser} (superuser), {SERVICE_ROLE} and {OPERATOR_GROUP} (NOLOGIN)")
     print(f"env:  {SEAM_ENV}={server_url(pg.admin_dsn)}")
 
     env = dict(os.environ)

@@ -108,14 +108,14 @@ def build() -> tuple[Path, Path, bool]:
 
 
 @contextlib.contextmanager
-def serve(dsn: str, *, local_server: str = "example.org",
-          log: Path | None = None) -> Iterator[str]:
+def serve(dsn: str, *, local_server: str = "example.org", log: Path | None = None,
+          env: dict[str, str] | None = None) -> Iterator[str]:
     """The compiled controller on a loopback port, as ``http://127.0.0.1:PORT``."""
     _, binary, _ = build()
     with tempfile.TemporaryDirectory() as tmp:
         addr = Path(tmp) / "addr"
         out = open(log or Path(tmp) / "server.log", "w")  # noqa: SIM115
-        env = {**os.environ, "KGM_TESTSERVER_ADDR_FILE": str(addr),
+        env = {**os.environ, **(env or {}), "KGM_TESTSERVER_ADDR_FILE": str(addr),
                "KGM_TESTSERVER_DSN": dsn, "KGM_TESTSERVER_LOCAL_SERVER": local_server}
         proc = subprocess.Popen([str(binary), "-test.run", "^TestGovernedMemoryTestServer$",
                                  "-test.v"], stdin=subprocess.PIPE, stdout=out,

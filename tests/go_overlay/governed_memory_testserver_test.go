@@ -11,6 +11,7 @@
 //	KGM_TESTSERVER_ADDR_FILE  where to write "host:port" once listening (required)
 //	KGM_TESTSERVER_DSN        the database login the controller uses (the service role)
 //	KGM_TESTSERVER_LOCAL_SERVER  the local homeserver, recorded as server.go records it
+//	KAGENT_MEMORY_SCOPE_PUBLIC_KEYS, KAGENT_MEMORY_SCOPE_ISSUER  as for the controller
 //
 // It serves until its standard input is closed.
 package httpserver
@@ -28,6 +29,7 @@ import (
 	coredatabase "github.com/kagent-dev/kagent/go/core/internal/database"
 	authimpl "github.com/kagent-dev/kagent/go/core/internal/httpserver/auth"
 	"github.com/kagent-dev/kagent/go/core/internal/httpserver/handlers"
+	"github.com/kagent-dev/kagent/go/core/internal/memoryscope"
 	"github.com/kagent-dev/kagent/go/core/pkg/auth"
 )
 
@@ -56,6 +58,13 @@ func TestGovernedMemoryTestServer(t *testing.T) {
 		DatabaseService: client,
 		Authorizer:      &authimpl.NoopAuthorizer{},
 	})
+	// As app.go: the bridge's public keys from KAGENT_MEMORY_SCOPE_PUBLIC_KEYS[_FILE] and
+	// KAGENT_MEMORY_SCOPE_ISSUER, or no verification when they are unset.
+	verifier, err := memoryscope.VerifierFromEnv(os.Getenv)
+	if err != nil {
+		t.Fatalf("scope assertion keys: %v", err)
+	}
+	memory.ScopeVerifier = verifier
 	routes := map[string]func(handlers.ErrorResponseWriter, *http.Request){
 		"/generation": memory.HandleGovernedGeneration,
 		"/admit":      memory.HandleGovernedAdmit,

@@ -26,6 +26,7 @@ Usage: ``python driver.py patched|unpatched`` with ``KGM_TEST_DSN`` / ``KGM_TEST
 from __future__ import annotations
 
 import asyncio
+import collections
 import base64
 import json
 import logging
@@ -107,14 +108,24 @@ from kagent_governed_memory import (
 )
 from kagent_governed_memory.assertion import sign_scope_assertion
 from kagent_governed_memory.embedding import HashingEmbedder
-from kagent_governed_memory.keys import generate_private_key, key_id, public_key_pem
+from kagent_governed_memory.keys import (
+    generate_private_key,
+    key_id,
+    load_private_key,
+    public_key_pem,
+)
 from kagent_governed_memory.migrations import migrate
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from controller import TestController
 
-# The bridge's key stays in this "bridge" half; the runtime gets the public PEM only.
-BRIDGE_KEY = generate_private_key()
+# The bridge's key stays in this "bridge" half; the runtime (and a compiled controller) get the
+# public PEM only.  KGM_TEST_BRIDGE_KEY: a private PEM shared with the test that started one.
+BRIDGE_KEY = (load_private_key(os.environ["KGM_TEST_BRIDGE_KEY"])
+              if os.environ.get("KGM_TEST_BRIDGE_KEY") else generate_private_key())
+# KGM_TEST_CONTROLLER_URL: the patched kagent controller compiled from the Go series
+# (tests/go_controller.py); unset: the Python stand-in (controller.py), in process.
+CONTROLLER_URL = os.environ.get("KGM_TEST_CONTROLLER_URL") or None
 PUBLIC_KEYS = {key_id(BRIDGE_KEY): BRIDGE_KEY.public_key()}
 os.environ["KAGENT_MEMORY_SCOPE_PUBLIC_KEYS"] = public_key_pem(BRIDGE_KEY).decode("ascii")
 
@@ -230,6 +241,37 @@ class EmbeddingServer:
 
 # -- the harness -------------------------------------------------------------------------------
 
+class CompiledController:
+    """Stands where ``TestController`` stands when the compiled Go controller serves the calls:
+    the same counters, taken from the requests on their way out."""
+
+    def __init__(self, url: str, admin_dsn: str) -> None:
+        self.url, self.admin_dsn = url, admin_dsn
+        self.calls: collections.Counter[str] = collections.Counter()
+        self.unverified_calls = 0
+        self.legacy_items: list[dict[str, Any]] = []
+        self.admission = None  # the Go controller's policy is its own
+        self.reset_budgets = True  # fresh admission buckets before each turn (a long scenario)
+
+    def transport(self) -> httpx.AsyncBaseTransport:
+        controller, inner = self, httpx.AsyncHTTPTransport()
+
+        class Counting(httpx.AsyncBaseTransport):
+            async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+                if "/api/memories/governed/" in request.url.path:
+                    controller.calls[request.url.path.rsplit("/", 1)[-1]] += 1
+                    if not request.headers.get("x-kagent-memory-scope"):
+                        controller.unverified_calls += 1
+                return await inner.handle_async_request(request)
+
+        return Counting()
+
+    def before_turn(self) -> None:
+        if self.reset_budgets:
+            import psycopg
+            with psycopg.connect(self.admin_dsn, autocommit=True) as conn:
+                conn.execute("DELETE FROM memory_admission_bucket")
+
 def make_key(mxid: str = "@alice:example.org", *, agent: str = AGENT,
              origin: OriginKind = OriginKind.NATIVE_LOCAL,
              room: str = "!control-a:example.org") -> ScopeKey:
@@ -257,7 +299,7 @@ class Harness:
         self.tokens: list[str] = []
 
     async def build(self, embedding_url: str) -> None:
-        controller_app = self.controller.app
+        controller_app = getattr(self.controller, "app", None)
         real_httpx = httpx
         harness = self
 
@@ -267,6 +309,10 @@ class Harness:
 
             @staticmethod
             def AsyncClient(**kwargs):
+                if isinstance(harness.controller, CompiledController):
+                    kwargs["base_url"] = harness.controller.url
+                    return real_httpx.AsyncClient(transport=harness.controller.transport(),
+                                                  **kwargs)
                 return real_httpx.AsyncClient(transport=real_httpx.ASGITransport(app=controller_app),
                                               **kwargs)
 
@@ -318,6 +364,8 @@ class Harness:
         """One A2A ``message/send``; returns the agent's text.  Waits for background work."""
         if token is None and key is not None:
             token = token_for(key, context=session)
+        if isinstance(self.controller, CompiledController):
+            self.controller.before_turn()
         headers = {"x-user-id": "alice@example.org"}
         if token is not None:
             headers["x-kagent-memory-scope"] = token
@@ -547,8 +595,16 @@ async def run_patched(h: Harness, store: GovernedMemoryStore, admin_dsn: str) ->
     #    budget of one unit per hour; an explicit save costs two.
     key_b = make_key(room="!control-b:example.org")
     await store.grant(key_b, purpose="personal_preferences")
-    h.controller.admission = Admission(store, MemoryPolicy(
-        version="test-tight", scope_ops_per_hour=1, explicit_burst=1, explicit_ops_per_minute=1))
+    if isinstance(h.controller, CompiledController):
+        # The compiled controller's own policy: a burst of 3 explicit operations per sender.
+        h.controller.before_turn()
+        h.controller.reset_budgets = False
+        for i in range(3):
+            await h.turn("budget", f"LOAD warm {i}", key=key_b)
+    else:
+        h.controller.admission = Admission(store, MemoryPolicy(
+            version="test-tight", scope_ops_per_hour=1, explicit_burst=1,
+            explicit_ops_per_minute=1))
     calls_before = h.embedder.calls
     report["admission"] = {
         "save": await h.turn("budget", "SAVE I like chamomile", key=key_b),
@@ -604,7 +660,10 @@ async def main() -> dict[str, Any]:
     # Generous budgets for the scenario; section 6 swaps in a tight one.
     loose = MemoryPolicy(version="test-loose", explicit_burst=1000, explicit_ops_per_minute=6000,
                          scope_ops_per_hour=100000)
-    controller = TestController(store, PUBLIC_KEYS, ISSUER, admission_policy=loose)
+    if CONTROLLER_URL and PATCHED:
+        controller: Any = CompiledController(CONTROLLER_URL, os.environ["KGM_TEST_ADMIN_DSN"])
+    else:
+        controller = TestController(store, PUBLIC_KEYS, ISSUER, admission_policy=loose)
     embedder = EmbeddingServer()
     url = await embedder.start()
     harness = Harness(controller, embedder, ScriptedLlm())
@@ -622,6 +681,7 @@ async def main() -> dict[str, Any]:
     import kagent.adk._memory_service as memory_module
 
     report["runtime"] = RUNTIME
+    report["controller"] = "compiled" if isinstance(controller, CompiledController) else "stand-in"
     report["memory_service_file"] = memory_module.__file__
     report["log_lines"] = len(CAPTURE.lines)
     return report
