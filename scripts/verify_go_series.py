@@ -62,6 +62,10 @@ SQLC_MODULE = "github.com/sqlc-dev/sqlc/cmd/sqlc"
 GOLANGCI_LINT_MODULE = "github.com/golangci/golangci-lint/v2/cmd/golangci-lint"
 DEFAULT_SQLC_DIR = "core/internal/database"  # relative to go/
 DETAIL_LINES = 60
+# Without -trimpath the go command keys every compiled package of the tree by its absolute
+# directory, and each run checks out a fresh temporary worktree: nothing of kagent's own
+# packages would be reused from GOCACHE.  -trimpath changes no diagnostics.
+GO_FLAGS = ["-trimpath"]
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NO_GO = 0, 1, 2, 3
 
 
@@ -317,13 +321,13 @@ def check_commit(run_: Run, wt: Path, commit: str, sqlc_cmd: list[str],
     git(wt, "checkout", "--quiet", "--detach", commit)
     files = touched_go_files(wt, commit)
 
-    code, out, secs = run(["go", "build", "./..."], go_dir, env)
+    code, out, secs = run(["go", "build", *GO_FLAGS, "./..."], go_dir, env)
     run_.add(Result(short, "build", "PASS" if code == 0 else "FAIL", secs,
                     "go build ./...", out))
 
     pkgs = package_dirs(go_dir, files)
     if pkgs:
-        code, out, secs = run(["go", "vet", *pkgs], go_dir, env)
+        code, out, secs = run(["go", "vet", *GO_FLAGS, *pkgs], go_dir, env)
         run_.add(Result(short, "vet", "PASS" if code == 0 else "FAIL", secs,
                         f"go vet {' '.join(pkgs)}", out))
     else:
