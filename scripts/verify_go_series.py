@@ -4,7 +4,8 @@
 Given a kagent work tree whose HEAD is the series applied as commits on top of a base tag
 (default ``v0.9.11``), walk every commit from the base that touches ``go/``, oldest first,
 each checked out detached in a temporary ``git worktree`` of that tree (the tree itself, its
-checkout and its branches are not touched), and run in ``go/``:
+checkout and its branches are not touched; the worktree is added for the run and removed
+after it), and run in ``go/``:
 
 * ``build``: ``go build ./...``;
 * ``vet``:   ``go vet`` on the packages whose ``.go`` files the commit adds or changes;
@@ -27,8 +28,17 @@ Tools: sqlc is ``--sqlc PATH``, else ``$SQLC``, else
 is ``--golangci-lint PATH``, else ``$GOLANGCI_LINT``, else ``golangci-lint`` on PATH, else
 ``go run github.com/golangci/golangci-lint/v2/cmd/golangci-lint@<GOLANGCI_LINT_VERSION>``.
 A tool whose version differs from the pin in ``go/Makefile`` fails the ``tools`` check.
-The environment is passed through unchanged, so GOCACHE, GOMODCACHE and the golangci-lint
-cache persist between runs.
+The environment is passed through unchanged, so GOCACHE and GOMODCACHE persist between runs.
+
+The temporary worktree is always at the same path, ``$TMPDIR/verify-go-series-<uid>/tree``
+(``$VERIFY_GO_SERIES_WORKDIR/tree`` if set), and one run at a time holds a lock beside it;
+golangci-lint gets a cache of its own, ``$XDG_CACHE_HOME/verify-go-series/golangci-lint``
+(``--lint-cache``), kept between runs.  Both matter: golangci-lint caches a package's issues
+with absolute file names, so an entry written for another directory (another run's worktree,
+your own checkout) names files that are gone or hold other text, its "generated file" filter
+cannot read them, and sqlc's ``gen/`` output is reported as lint findings that are not there.
+The go command likewise keys a package by its directory (without ``-trimpath``), so a fixed
+path also lets warm runs reuse kagent's own packages from GOCACHE.
 
 Prints one line per commit and check (status, commit, check, duration, what ran), then a
 summary.  Exit status: 0 all passed; 1 a check failed; 2 bad arguments or tree; 3 ``go`` is
@@ -44,6 +54,7 @@ Stdlib only, Python >= 3.11.  Usage::
 from __future__ import annotations
 
 import argparse
+import fcntl
 import os
 import re
 import shutil
@@ -62,10 +73,7 @@ SQLC_MODULE = "github.com/sqlc-dev/sqlc/cmd/sqlc"
 GOLANGCI_LINT_MODULE = "github.com/golangci/golangci-lint/v2/cmd/golangci-lint"
 DEFAULT_SQLC_DIR = "core/internal/database"  # relative to go/
 DETAIL_LINES = 60
-# Without -trimpath the go command keys every compiled package of the tree by its absolute
-# directory, and each run checks out a fresh temporary worktree: nothing of kagent's own
-# packages would be reused from GOCACHE.  -trimpath changes no diagnostics.
-GO_FLAGS = ["-trimpath"]
+LOCK_NAME = "lock"
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NO_GO = 0, 1, 2, 3
 
 
@@ -311,6 +319,38 @@ def parse_plugin_args(values: list[str]) -> dict[str, str]:
     return out
 
 
+# -- the worktree ----------------------------------------------------------------------------
+
+
+def work_dir() -> Path:
+    given = os.environ.get("VERIFY_GO_SERIES_WORKDIR")
+    if given:
+        return Path(given).resolve()
+    return Path(tempfile.gettempdir()) / f"verify-go-series-{os.getuid()}"
+
+
+def take_lock(workdir: Path) -> int:
+    """One run at a time uses the worktree path; returns the locked descriptor."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    fd = os.open(workdir / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        print(f"verify_go_series: waiting for another run ({workdir / LOCK_NAME})", flush=True)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+    return fd
+
+
+def add_worktree(tree: Path, wt: Path, head: str) -> None:
+    """A detached worktree of tree at wt, replacing what an interrupted run left there."""
+    if wt.exists():
+        run(["git", "-C", str(tree), "worktree", "remove", "--force", str(wt)], cwd=tree)
+    if wt.exists():  # left by a run on another clone, or not a worktree at all
+        shutil.rmtree(wt)
+    # --force: the path may still be registered (missing) from an interrupted run.
+    git(tree, "worktree", "add", "--force", "--quiet", "--detach", str(wt), head)
+
+
 # -- the walk --------------------------------------------------------------------------------
 
 
@@ -321,13 +361,13 @@ def check_commit(run_: Run, wt: Path, commit: str, sqlc_cmd: list[str],
     git(wt, "checkout", "--quiet", "--detach", commit)
     files = touched_go_files(wt, commit)
 
-    code, out, secs = run(["go", "build", *GO_FLAGS, "./..."], go_dir, env)
+    code, out, secs = run(["go", "build", "./..."], go_dir, env)
     run_.add(Result(short, "build", "PASS" if code == 0 else "FAIL", secs,
                     "go build ./...", out))
 
     pkgs = package_dirs(go_dir, files)
     if pkgs:
-        code, out, secs = run(["go", "vet", *GO_FLAGS, *pkgs], go_dir, env)
+        code, out, secs = run(["go", "vet", *pkgs], go_dir, env)
         run_.add(Result(short, "vet", "PASS" if code == 0 else "FAIL", secs,
                         f"go vet {' '.join(pkgs)}", out))
     else:
@@ -423,6 +463,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="use this config instead of go/.golangci.yaml at HEAD")
     parser.add_argument("--lint-plugin", action="append", default=[], metavar="NAME=PATH",
                         help="a built plugin for a custom linter of the config")
+    parser.add_argument("--lint-cache", type=Path,
+                        help="golangci-lint cache for these runs (default "
+                             "$XDG_CACHE_HOME/verify-go-series/golangci-lint)")
     parser.add_argument("-v", "--verbose", action="store_true",
                         help="print command output for passing checks too")
     args = parser.parse_args(argv)
@@ -439,8 +482,9 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, on_term)
     env = dict(os.environ)
     run_ = Run(verbose=args.verbose)
-    tmp: Path | None = None
+    workdir = work_dir()
     wt: Path | None = None
+    lock_fd: int | None = None
     tree = args.tree.resolve()
     started = time.monotonic()
     try:
@@ -466,9 +510,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"verify_go_series: {go_version}; GOCACHE={go_env[0] if go_env else '?'} "
               f"GOMODCACHE={go_env[1] if len(go_env) > 1 else '?'}", flush=True)
 
-        tmp = Path(tempfile.mkdtemp(prefix="verify-go-series-"))
-        wt = tmp / "tree"
-        git(tree, "worktree", "add", "--quiet", "--detach", str(wt), head)
+        lock_fd = take_lock(workdir)
+        wt = workdir / "tree"
+        add_worktree(tree, wt, head)
         head_go = wt / "go"
         sqlc_pin = makefile_var(head_go, "SQLC_VERSION", DEFAULT_SQLC_VERSION)
         lint_pin = makefile_var(head_go, "GOLANGCI_LINT_VERSION", DEFAULT_GOLANGCI_LINT_VERSION)
@@ -476,7 +520,7 @@ def main(argv: list[str] | None = None) -> int:
         sqlc_path = args.sqlc or env.get("SQLC")
         sqlc_cmd = [sqlc_path] if sqlc_path else ["go", "run", f"{SQLC_MODULE}@{sqlc_pin}"]
         check_tool(run_, "sqlc", sqlc_cmd, ["version"], r"v?(\d+\.\d+\.\d+)", sqlc_pin,
-                   tmp, env)
+                   workdir, env)
         lint_cmd: list[str] = []
         if args.lint:
             lint_path = args.golangci_lint or env.get("GOLANGCI_LINT") or shutil.which(
@@ -484,7 +528,7 @@ def main(argv: list[str] | None = None) -> int:
             lint_cmd = [lint_path] if lint_path else [
                 "go", "run", f"{GOLANGCI_LINT_MODULE}@{lint_pin}"]
             check_tool(run_, "golangci-lint", lint_cmd, ["version"],
-                       r"version v?(\d+\.\d+\.\d+)", lint_pin, tmp, env)
+                       r"version v?(\d+\.\d+\.\d+)", lint_pin, workdir, env)
 
         touched: set[str] = set()
         for n, commit in enumerate(commits, 1):
@@ -497,7 +541,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"--- lint at HEAD {head[:9]}", flush=True)
             git(wt, "checkout", "--quiet", "--detach", head)
             packages = ["./..."] if args.lint_all else package_dirs(head_go, sorted(touched))
-            lint_head(run_, wt, tree, head, lint_cmd, env, packages or ["./..."],
+            lint_cache = (args.lint_cache or Path(os.environ.get("XDG_CACHE_HOME") or (
+                Path.home() / ".cache")) / "verify-go-series" / "golangci-lint").resolve()
+            lint_cache.mkdir(parents=True, exist_ok=True)
+            print(f"verify_go_series: golangci-lint cache {lint_cache}", flush=True)
+            lint_env = {**env, "GOLANGCI_LINT_CACHE": str(lint_cache)}
+            lint_head(run_, wt, tree, head, lint_cmd, lint_env, packages or ["./..."],
                       args.lint_config.resolve() if args.lint_config else None,
                       parse_plugin_args(args.lint_plugin))
     except SetupError as exc:
@@ -513,8 +562,8 @@ def main(argv: list[str] | None = None) -> int:
             if code != 0:
                 print(f"verify_go_series: could not remove worktree {wt}: {out.strip()}",
                       file=sys.stderr)
-        if tmp is not None and not (wt is not None and wt.exists()):
-            shutil.rmtree(tmp, ignore_errors=True)
+        if lock_fd is not None:
+            os.close(lock_fd)  # releases the lock
 
     failed = [r for r in run_.results if r.status == "FAIL"]
     passed = sum(1 for r in run_.results if r.status == "PASS")

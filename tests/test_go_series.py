@@ -1,0 +1,58 @@
+"""The Go half of the patch series, checked the way kagent's CI would, on this machine.
+
+On the kagent tree ``go_controller.build()`` makes (tag v0.9.11 + the Go patches, via
+``git am``):
+
+* ``scripts/verify_go_series.py --lint``: every Go commit builds, vets, is gofmt-clean and
+  regenerates byte-identically with sqlc v1.30.0; golangci-lint v2.12.2 at the top;
+* ``scripts/run_go_db_tests.py``: kagent's own Go tests of the touched packages and the
+  series' new ones, ``go test -race``, against the embedded PostgreSQL (the governed tables as
+  the EXECUTE-only roles).
+
+Without Go or kagent's source both are reported as NOT RUN (skipped with the reason, shown in
+pytest's summary); nothing passes silently.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from go_controller import Unavailable, build
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def go_tree() -> Path:
+    try:
+        tree, _, _ = build()
+    except Unavailable as exc:
+        pytest.skip(f"GO VERIFICATION NOT RUN: {exc}")
+    return tree
+
+
+def _run(script: str, *args: str) -> tuple[int, str, float]:
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, str(REPO / "scripts" / script), *args],
+                          capture_output=True, text=True, timeout=2400, check=False)
+    took = time.monotonic() - started
+    print(f"{script}: exit {done.returncode} in {took:.0f} s\n{done.stdout[-6000:]}")
+    return done.returncode, done.stdout + done.stderr, took
+
+
+def test_every_go_commit_builds_vets_formats_regenerates_and_lints(go_tree: Path) -> None:
+    code, out, _ = _run("verify_go_series.py", "--tree", str(go_tree), "--lint")
+    if code == 3:
+        pytest.skip("GO VERIFICATION NOT RUN: go not found")
+    assert code == 0, out[-8000:]
+
+
+def test_kagent_go_tests_pass_on_the_patched_tree(go_tree: Path) -> None:
+    code, out, _ = _run("run_go_db_tests.py", "--tree", str(go_tree))
+    if code == 3:
+        pytest.skip("GO DB TESTS NOT RUN: go not found")
+    assert code == 0, out[-8000:]
