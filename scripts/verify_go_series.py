@@ -17,7 +17,8 @@ after it), and run in ``go/``:
 
 and, with ``--lint``, ``golangci-lint run`` once at HEAD with the repository's
 ``go/.golangci.yaml`` on the packages the series touches (``--lint-all``: ``./...``, as
-``make lint`` does).  A custom linter plugin the config names (kagent: kube-api-linter,
+``make lint`` does); ``--lint-each`` (implies ``--lint``) also lints each commit's touched
+packages at that commit, so a finding shows in the commit that introduced it.  A custom linter plugin the config names (kagent: kube-api-linter,
 ``bin/kube-api-linter.so``, built by ``make lint`` from a golangci-lint source clone) is used
 when ``--lint-plugin NAME=PATH`` gives it or the tree given by ``--tree`` has it at the
 configured path; otherwise it is removed from a derived copy of the config and the run says
@@ -30,15 +31,17 @@ is ``--golangci-lint PATH``, else ``$GOLANGCI_LINT``, else ``golangci-lint`` on 
 A tool whose version differs from the pin in ``go/Makefile`` fails the ``tools`` check.
 The environment is passed through unchanged, so GOCACHE and GOMODCACHE persist between runs.
 
-The temporary worktree is always at the same path, ``$TMPDIR/verify-go-series-<uid>/tree``
-(``$VERIFY_GO_SERIES_WORKDIR/tree`` if set), and one run at a time holds a lock beside it;
-golangci-lint gets a cache of its own, ``$XDG_CACHE_HOME/verify-go-series/golangci-lint``
-(``--lint-cache``), kept between runs.  Both matter: golangci-lint caches a package's issues
-with absolute file names, so an entry written for another directory (another run's worktree,
-your own checkout) names files that are gone or hold other text, its "generated file" filter
-cannot read them, and sqlc's ``gen/`` output is reported as lint findings that are not there.
-The go command likewise keys a package by its directory (without ``-trimpath``), so a fixed
-path also lets warm runs reuse kagent's own packages from GOCACHE.
+For a given ``--tree`` the temporary worktree is always at the same path,
+``$TMPDIR/verify-go-series-<uid>/<key>/tree`` (``$VERIFY_GO_SERIES_WORKDIR/<key>/tree`` if
+set; <key> is a hash of the tree's path), one run per tree at a time holds a lock beside it,
+and golangci-lint gets a cache of its own for that path,
+``$XDG_CACHE_HOME/verify-go-series/<key>/golangci-lint`` (``--lint-cache``), kept between
+runs.  Both matter: golangci-lint caches a package's issues with absolute file names, so an
+entry written for another directory (another run's worktree, your own checkout) names files
+that are gone or hold other text, its "generated file" filter cannot read them, and sqlc's
+``gen/`` output is reported as lint findings that are not there.  The go command likewise
+keys a package by its directory (without ``-trimpath``), so a fixed path also lets warm runs
+reuse kagent's own packages from GOCACHE.
 
 Prints one line per commit and check (status, commit, check, duration, what ran), then a
 summary.  Exit status: 0 all passed; 1 a check failed; 2 bad arguments or tree; 3 ``go`` is
@@ -47,14 +50,15 @@ not on PATH ("GO VERIFICATION NOT RUN").
 Stdlib only, Python >= 3.11.  Usage::
 
     python scripts/verify_go_series.py --tree /path/to/kagent [--base v0.9.11]
-        [--sqlc PATH] [--lint [--lint-all] [--golangci-lint PATH] [--lint-config FILE]
-        [--lint-plugin NAME=PATH]] [-v]
+        [--sqlc PATH] [--lint | --lint-each] [--lint-all] [--golangci-lint PATH]
+        [--lint-config FILE] [--lint-plugin NAME=PATH] [--lint-cache DIR] [-v]
 """
 
 from __future__ import annotations
 
 import argparse
 import fcntl
+import hashlib
 import os
 import re
 import shutil
@@ -165,7 +169,7 @@ def makefile_var(go_dir: Path, name: str, default: str) -> str:
         text = (go_dir / "Makefile").read_text()
     except OSError:
         return default
-    m = re.search(rf"^{name}\s*\??=\s*(\S+)\s*$", text, re.M)
+    m = re.search(rf"^{name}\s*\??=\s*(\S+)\s*$", text, re.MULTILINE)
     return m.group(1) if m else default
 
 
@@ -175,7 +179,7 @@ def sqlc_dir(go_dir: Path) -> str:
         text = (go_dir / "Makefile").read_text()
     except OSError:
         return DEFAULT_SQLC_DIR
-    m = re.search(r"^sqlc-generate:.*\n((?:\t.*\n)+)", text, re.M)
+    m = re.search(r"^sqlc-generate:.*\n((?:\t.*\n)+)", text, re.MULTILINE)
     if m:
         cd = re.search(r"cd\s+(\S+)\s*&&\s*\$\(SQLC\)\s+generate", m.group(1))
         if cd:
@@ -322,23 +326,36 @@ def parse_plugin_args(values: list[str]) -> dict[str, str]:
 # -- the worktree ----------------------------------------------------------------------------
 
 
-def work_dir() -> Path:
+def tree_key(tree: Path) -> str:
+    return hashlib.sha256(str(tree).encode()).hexdigest()[:12]
+
+
+def work_dir(tree: Path) -> Path:
+    """Fixed for a given --tree, so the worktree path is the same from run to run."""
     given = os.environ.get("VERIFY_GO_SERIES_WORKDIR")
-    if given:
-        return Path(given).resolve()
-    return Path(tempfile.gettempdir()) / f"verify-go-series-{os.getuid()}"
+    root = Path(given).resolve() if given else (
+        Path(tempfile.gettempdir()) / f"verify-go-series-{os.getuid()}")
+    return root / tree_key(tree)
 
 
-def take_lock(workdir: Path) -> int:
-    """One run at a time uses the worktree path; returns the locked descriptor."""
+def default_lint_cache(tree: Path) -> Path:
+    """golangci-lint's cache for one worktree path (its entries name files under it)."""
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or (Path.home() / ".cache"))
+    return cache / "verify-go-series" / tree_key(tree) / "golangci-lint"
+
+
+def take_lock(workdir: Path) -> tuple[int, float]:
+    """One run per --tree at a time; returns the locked descriptor and the seconds waited."""
     workdir.mkdir(parents=True, exist_ok=True)
     fd = os.open(workdir / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+    start = time.monotonic()
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        print(f"verify_go_series: waiting for another run ({workdir / LOCK_NAME})", flush=True)
+        print(f"verify_go_series: waiting for another run on this tree "
+              f"({workdir / LOCK_NAME})", flush=True)
         fcntl.flock(fd, fcntl.LOCK_EX)
-    return fd
+    return fd, time.monotonic() - start
 
 
 def add_worktree(tree: Path, wt: Path, head: str) -> None:
@@ -355,7 +372,7 @@ def add_worktree(tree: Path, wt: Path, head: str) -> None:
 
 
 def check_commit(run_: Run, wt: Path, commit: str, sqlc_cmd: list[str],
-                 env: dict[str, str], gofmt: str) -> None:
+                 env: dict[str, str], gofmt: str, linter: Linter | None) -> None:
     short = commit[:9]
     go_dir = wt / "go"
     git(wt, "checkout", "--quiet", "--detach", commit)
@@ -405,47 +422,69 @@ def check_commit(run_: Run, wt: Path, commit: str, sqlc_cmd: list[str],
                         "git status --porcelain: clean"))
     git(wt, "reset", "--quiet", "--hard")
     git(wt, "clean", "-fdq")
-
-
-def lint_head(run_: Run, wt: Path, tree: Path, head: str, lint_cmd: list[str],
-              env: dict[str, str], packages: list[str], config: Path | None,
-              plugins: dict[str, str]) -> None:
-    go_dir = wt / "go"
-    if config is None:
-        repo_cfg = next((go_dir / n for n in (".golangci.yaml", ".golangci.yml")
-                         if (go_dir / n).is_file()), None)
-        if repo_cfg is None:
-            run_.add(Result(head[:9], "lint", "FAIL", 0.0, "no go/.golangci.yaml at HEAD"))
-            return
-        text = repo_cfg.read_text()
-        drop, repath = set(), {}
-        for name, path in custom_linters(text).items():
-            given = plugins.get(name)
-            in_tree = tree / "go" / path
-            if given and Path(given).is_file():
-                repath[name] = given
-            elif in_tree.is_file():
-                repath[name] = str(in_tree.resolve())
-            else:
-                drop.add(name)
-        if drop or repath:
-            derived = go_dir / ".golangci.verify-go-series.yaml"  # beside the original
-            derived.write_text(config_with_plugins(text, drop, repath))
-            config = derived
+    if linter is not None:  # --lint-each: the packages this commit touches, at this commit
+        if pkgs:
+            linter.run(run_, wt, short, pkgs)
         else:
-            config = repo_cfg
-        for name in sorted(drop):
-            print(f"LINT PLUGIN NOT LOADED: {name} ({custom_linters(text)[name]} not built; "
-                  f"pass --lint-plugin {name}=PATH): linted with {repo_cfg.name} minus {name}",
-                  flush=True)
-        for name, path in sorted(repath.items()):
-            print(f"lint plugin {name}: {path}", flush=True)
-    cmd = [*lint_cmd, "run", "--config", str(config), *packages]
-    code, out, secs = run(cmd, go_dir, env)
-    what = shell_join(["golangci-lint", "run", "--config", config.name, *packages])
-    if len(what) > 160:
-        what = what[:157] + "..."
-    run_.add(Result(head[:9], "lint", "PASS" if code == 0 else "FAIL", secs, what, out))
+            run_.add(Result(short, "lint", "SKIP", 0.0, "no Go package touched"))
+
+
+@dataclass
+class Linter:
+    """golangci-lint with the repository's config as it is at the commit being linted."""
+
+    cmd: list[str]
+    env: dict[str, str]
+    tree: Path  # the --tree, where a built plugin may already sit
+    config: Path | None  # --lint-config, else go/.golangci.yaml of the commit
+    plugins: dict[str, str]  # --lint-plugin NAME=PATH
+    announced: set[str] = field(default_factory=set)
+
+    def run(self, run_: Run, wt: Path, label: str, packages: list[str]) -> None:
+        go_dir = wt / "go"
+        derived: Path | None = None
+        config = self.config
+        if config is None:
+            repo_cfg = next((go_dir / n for n in (".golangci.yaml", ".golangci.yml")
+                             if (go_dir / n).is_file()), None)
+            if repo_cfg is None:
+                run_.add(Result(label, "lint", "FAIL", 0.0, "no go/.golangci.yaml"))
+                return
+            text = repo_cfg.read_text()
+            customs = custom_linters(text)
+            drop, repath = set(), {}
+            for name, path in customs.items():
+                given = self.plugins.get(name)
+                in_tree = self.tree / "go" / path
+                if given and Path(given).is_file():
+                    repath[name] = given
+                elif in_tree.is_file():
+                    repath[name] = str(in_tree.resolve())
+                else:
+                    drop.add(name)
+            for name in sorted(drop - self.announced):
+                print(f"LINT PLUGIN NOT LOADED: {name} ({customs[name]} not built; pass "
+                      f"--lint-plugin {name}=PATH): linted with {repo_cfg.name} minus {name}",
+                      flush=True)
+            for name in sorted(set(repath) - self.announced):
+                print(f"lint plugin {name}: {repath[name]}", flush=True)
+            self.announced |= drop | set(repath)
+            if drop or repath:
+                derived = go_dir / ".golangci.verify-go-series.yaml"  # beside the original
+                derived.write_text(config_with_plugins(text, drop, repath))
+                config = derived
+            else:
+                config = repo_cfg
+        try:
+            code, out, secs = run([*self.cmd, "run", "--config", str(config), *packages],
+                                  go_dir, self.env)
+        finally:
+            if derived is not None:
+                derived.unlink(missing_ok=True)
+        what = shell_join(["golangci-lint", "run", "--config", config.name, *packages])
+        if len(what) > 160:
+            what = what[:157] + "..."
+        run_.add(Result(label, "lint", "PASS" if code == 0 else "FAIL", secs, what, out))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -455,6 +494,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--base", default=DEFAULT_BASE, help="default %(default)s")
     parser.add_argument("--sqlc", help="sqlc binary (else $SQLC, else go run ...@pinned)")
     parser.add_argument("--lint", action="store_true", help="run golangci-lint at HEAD")
+    parser.add_argument("--lint-each", action="store_true",
+                        help="also lint each commit's touched packages at that commit "
+                             "(a finding belongs to the commit that introduced it)")
     parser.add_argument("--lint-all", action="store_true",
                         help="lint ./... (as make lint) instead of the touched packages")
     parser.add_argument("--golangci-lint", dest="golangci_lint",
@@ -482,7 +524,8 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, on_term)
     env = dict(os.environ)
     run_ = Run(verbose=args.verbose)
-    workdir = work_dir()
+    workdir = work_dir(args.tree.resolve())
+    waited = 0.0
     wt: Path | None = None
     lock_fd: int | None = None
     tree = args.tree.resolve()
@@ -510,7 +553,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"verify_go_series: {go_version}; GOCACHE={go_env[0] if go_env else '?'} "
               f"GOMODCACHE={go_env[1] if len(go_env) > 1 else '?'}", flush=True)
 
-        lock_fd = take_lock(workdir)
+        lock_fd, waited = take_lock(workdir)
+        if waited >= 1:
+            print(f"verify_go_series: lock taken after {waited:.1f}s", flush=True)
         wt = workdir / "tree"
         add_worktree(tree, wt, head)
         head_go = wt / "go"
@@ -522,6 +567,9 @@ def main(argv: list[str] | None = None) -> int:
         check_tool(run_, "sqlc", sqlc_cmd, ["version"], r"v?(\d+\.\d+\.\d+)", sqlc_pin,
                    workdir, env)
         lint_cmd: list[str] = []
+        linter: Linter | None = None
+        if args.lint_each:
+            args.lint = True
         if args.lint:
             lint_path = args.golangci_lint or env.get("GOLANGCI_LINT") or shutil.which(
                 "golangci-lint")
@@ -529,26 +577,26 @@ def main(argv: list[str] | None = None) -> int:
                 "go", "run", f"{GOLANGCI_LINT_MODULE}@{lint_pin}"]
             check_tool(run_, "golangci-lint", lint_cmd, ["version"],
                        r"version v?(\d+\.\d+\.\d+)", lint_pin, workdir, env)
+            lint_cache = (args.lint_cache or default_lint_cache(tree)).resolve()
+            lint_cache.mkdir(parents=True, exist_ok=True)
+            print(f"verify_go_series: golangci-lint cache {lint_cache}", flush=True)
+            linter = Linter(lint_cmd, {**env, "GOLANGCI_LINT_CACHE": str(lint_cache)}, tree,
+                            args.lint_config.resolve() if args.lint_config else None,
+                            parse_plugin_args(args.lint_plugin))
 
         touched: set[str] = set()
         for n, commit in enumerate(commits, 1):
             subject = git(tree, "log", "-1", "--format=%s", commit).strip()
             print(f"--- [{n}/{len(commits)}] {commit[:9]} {subject}", flush=True)
-            check_commit(run_, wt, commit, sqlc_cmd, env, gofmt)
+            check_commit(run_, wt, commit, sqlc_cmd, env, gofmt,
+                         linter if args.lint_each else None)
             touched.update(touched_go_files(tree, commit))
 
-        if args.lint:
+        if linter is not None:
             print(f"--- lint at HEAD {head[:9]}", flush=True)
             git(wt, "checkout", "--quiet", "--detach", head)
             packages = ["./..."] if args.lint_all else package_dirs(head_go, sorted(touched))
-            lint_cache = (args.lint_cache or Path(os.environ.get("XDG_CACHE_HOME") or (
-                Path.home() / ".cache")) / "verify-go-series" / "golangci-lint").resolve()
-            lint_cache.mkdir(parents=True, exist_ok=True)
-            print(f"verify_go_series: golangci-lint cache {lint_cache}", flush=True)
-            lint_env = {**env, "GOLANGCI_LINT_CACHE": str(lint_cache)}
-            lint_head(run_, wt, tree, head, lint_cmd, lint_env, packages or ["./..."],
-                      args.lint_config.resolve() if args.lint_config else None,
-                      parse_plugin_args(args.lint_plugin))
+            linter.run(run_, wt, head[:9], packages or ["./..."])
     except SetupError as exc:
         print(f"verify_go_series: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -568,9 +616,10 @@ def main(argv: list[str] | None = None) -> int:
     failed = [r for r in run_.results if r.status == "FAIL"]
     passed = sum(1 for r in run_.results if r.status == "PASS")
     skipped = sum(1 for r in run_.results if r.status == "SKIP")
-    total = time.monotonic() - started
+    total = time.monotonic() - started - waited
     print(f"SUMMARY: {len(commits)} commit(s), {len(run_.results)} checks: {passed} passed, "
-          f"{len(failed)} failed, {skipped} skipped; {total:.1f}s")
+          f"{len(failed)} failed, {skipped} skipped; {total:.1f}s"
+          + (f" (+{waited:.1f}s waiting for another run)" if waited >= 1 else ""))
     for r in failed:
         print(f"  FAILED {r.commit} {r.check}: {r.what}")
     print("GO SERIES VERIFIED" if not failed else "GO SERIES NOT VERIFIED")
