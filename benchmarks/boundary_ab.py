@@ -51,7 +51,7 @@ def old_migrations(ref: str) -> list[str]:
 
 
 def key(i: int) -> list[str]:
-    return [f"@u{i}:example.org", "native_local", "kagent", "ab", "control_room",
+    return ["matrix", f"@u{i}:example.org", "kagent", "ab", "control_room",
             f"!r{i}:example.org"]
 
 

@@ -340,15 +340,15 @@ async def finish_upstream_schema(conn: psycopg.AsyncConnection, upstream: Upstre
 
 _GRANT = (
     "SELECT count(*) FROM generate_series(%s::int, %s::int - 1) s,"
-    " LATERAL memory_grant(format('@bench%%s:%%s', s, %s::text), 'native_local', %s, %s,"
+    " LATERAL memory_grant('matrix', format('@bench%%s:%%s', s, %s::text), %s, %s,"
     "  'control_room', format('!bench%%s:%%s', s, %s::text), %s, %s, %s, %s, %s, %s, %s,"
     "  %s, %s::text[]) g")
 _SAVE_ROUND = (
     "SELECT count(*) FROM generate_series(%s::int, %s::int - 1) s"
     " JOIN bench_source b ON b.scope = s %% %s AND b.n = %s,"
-    " LATERAL memory_save(format('@bench%%s:%%s', s, %s::text), 'native_local', %s, %s,"
+    " LATERAL memory_save('matrix', format('@bench%%s:%%s', s, %s::text), %s, %s,"
     "  'control_room', format('!bench%%s:%%s', s, %s::text),"
-    "  memory_generation(format('@bench%%s:%%s', s, %s::text), 'native_local', %s, %s,"
+    "  memory_generation('matrix', format('@bench%%s:%%s', s, %s::text), %s, %s,"
     "   'control_room', format('!bench%%s:%%s', s, %s::text), %s, NULL, NULL), %s,"
     "  ARRAY[b.content], ARRAY[b.embedding]) r")
 
@@ -414,7 +414,7 @@ async def governed_sql_search(conn: psycopg.AsyncConnection, vec: Vector, scope:
     """The governed statement alone (no pool, no validation, no result models)."""
     cur = psycopg.AsyncRawCursor(conn)
     await cur.execute(governed_sql.query("SearchMemoryEntries"),
-                      [mxid(scope), "native_local", NAMESPACE, AGENT, "control_room", room(scope),
+                      ["matrix", mxid(scope), NAMESPACE, AGENT, "control_room", room(scope),
                        generation, PROTOTYPE_POLICY.version, vec, LIMIT])
     return len(await cur.fetchall())
 
@@ -878,7 +878,7 @@ async def collect_plans(up: psycopg.AsyncConnection, upstream: UpstreamSQL, admi
         plans["upstream_search_generic"] = "\n".join(r[0] for r in await cur.fetchall())
     except psycopg.Error as exc:
         plans["upstream_search_generic"] = f"(not available: {type(exc).__name__})"
-    args = [mxid(scope), "native_local", NAMESPACE, AGENT, "control_room", room(scope),
+    args = ["matrix", mxid(scope), NAMESPACE, AGENT, "control_room", room(scope),
             generation, PROTOTYPE_POLICY.version, vec, LIMIT]
     await cur.execute("EXPLAIN (ANALYZE, BUFFERS) " + governed_sql.query("SearchMemoryEntries"),
                       args)
@@ -971,7 +971,7 @@ async def withdraw_breakdown(raw: psycopg.AsyncConnection, scopes: Sequence[int]
                                       "VerifyMemoryErasure": []}
     cur = psycopg.AsyncRawCursor(raw)
     for s in scopes:
-        key = [mxid(s), "native_local", NAMESPACE, AGENT, "control_room", room(s)]
+        key = ["matrix", mxid(s), NAMESPACE, AGENT, "control_room", room(s)]
         generation = None
         for name, extra in (("DisableMemoryScope", []), ("ClearMemoryScope", [False]),
                             ("VerifyMemoryErasure", None)):

@@ -112,6 +112,10 @@ class OriginKind(StrEnum):
     FEDIVERSE_ACTOR = "fediverse_actor"
 
 
+MATRIX_ISSUER = "matrix"
+"""The issuer of Matrix principals in the store's ``(issuer, subject)`` key."""
+
+
 class Principal(BaseModel):
     """A complete Matrix user ID plus its origin kind (S1)."""
 
@@ -136,6 +140,18 @@ class Principal(BaseModel):
         if origin is None:
             raise _bad("origin")
         return {**data, "origin": origin}
+
+    @property
+    def issuer(self) -> str:
+        """The identity system that names this principal: ``"matrix"`` (v1's only issuer).  The
+        store keys a principal by ``(issuer, subject)``, so another issuer can be added later
+        without rewriting keys; the origin kind is a rule of the Matrix issuer."""
+        return MATRIX_ISSUER
+
+    @property
+    def subject(self) -> str:
+        """The principal's name at its issuer: the complete MXID."""
+        return self.mxid
 
     @property
     def server_name(self) -> str:

@@ -400,7 +400,7 @@ class GovernedMemoryStore:
         if not isinstance(principal, Principal):
             raise InvalidInput(ReasonCode.INVALID_IDENTITY)
         rows = await self._all(
-            "offboard", "DisablePrincipalMemoryScopes", [principal.mxid, principal.origin.value]
+            "offboard", "DisablePrincipalMemoryScopes", [principal.issuer, principal.subject]
         )
         outcomes: list[ScopeOutcome] = []
         for _scope_uuid, namespace, agent, kind, room, generation in rows:
@@ -417,7 +417,7 @@ class GovernedMemoryStore:
             outcomes.append(ScopeOutcome(scope_id=key.opaque_id, outcome="cleared",
                                          deleted=deleted))
         await self._one("offboard", "PurgePrincipalMemoryScopes",
-                        [principal.mxid, principal.origin.value])
+                        [principal.issuer, principal.subject])
         return OffboardReport(principal_id=principal.opaque_id, scopes=tuple(outcomes))
 
     async def unblock(self, principal: Principal) -> bool:
@@ -426,7 +426,7 @@ class GovernedMemoryStore:
         if not isinstance(principal, Principal):
             raise InvalidInput(ReasonCode.INVALID_IDENTITY)
         row = await self._one("unblock", "UnblockMemoryPrincipal",
-                              [principal.mxid, principal.origin.value])
+                              [principal.issuer, principal.subject])
         return bool(row and row[0])
 
     async def report(self) -> StoreReport:
@@ -545,8 +545,8 @@ class GovernedMemoryStore:
 
 def _key(key: ScopeKey) -> list[Any]:
     return [
-        key.principal.mxid,
-        key.principal.origin.value,
+        key.principal.issuer,
+        key.principal.subject,
         key.agent.namespace,
         key.agent.name,
         key.scope.kind.value,

@@ -153,9 +153,9 @@ async def save(store: GovernedMemoryStore, key: ScopeKey, *facts: str, generatio
 
 def scope_uuid(db: Db, key: ScopeKey) -> str | None:
     value = db.scalar(
-        "SELECT id::text FROM memory_scope WHERE principal_mxid = %s AND principal_origin = %s"
+        "SELECT id::text FROM memory_scope WHERE principal_issuer = %s AND principal_subject = %s"
         " AND agent_namespace = %s AND agent_name = %s AND room_id = %s",
-        [key.principal.mxid, key.principal.origin.value, key.agent.namespace, key.agent.name,
+        [key.principal.issuer, key.principal.subject, key.agent.namespace, key.agent.name,
          key.scope.room_id],
     )
     return value

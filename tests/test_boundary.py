@@ -43,13 +43,13 @@ ENTRY_POINTS = {
     "memory_schema_version", "memory_redeem_assertion",
 }
 HELPER_CALLS = [
-    "SELECT memory_scope_row('@a:example.org','native_local','kagent','a','control_room','!r')",
-    "SELECT memory_scope_lock('@a:example.org','native_local','kagent','a','control_room','!r')",
+    "SELECT memory_scope_row('matrix','@a:example.org','kagent','a','control_room','!r')",
+    "SELECT memory_scope_lock('matrix','@a:example.org','kagent','a','control_room','!r')",
     "SELECT * FROM memory_readable(gen_random_uuid())",
     "SELECT memory_bind_scope(gen_random_uuid())",
-    "SELECT memory_principal_ref('@a:example.org', 'native_local')",
+    "SELECT memory_principal_ref('matrix','@a:example.org')",
     "SELECT memory_audit_write(NULL, 'x', 'y', NULL, NULL)",
-    "SELECT memory_unblock_principal('@a:example.org', 'native_local')",
+    "SELECT memory_unblock_principal('matrix','@a:example.org')",
 ]
 
 
@@ -173,7 +173,7 @@ async def test_temporary_table_hijack_is_ignored(store, database):
     sid = scope_uuid(database, key)
     with app(database) as conn:
         conn.execute(
-            "CREATE TEMP TABLE memory_scope (id uuid, principal_mxid text, principal_origin text,"
+            "CREATE TEMP TABLE memory_scope (id uuid, principal_issuer text, principal_subject text,"
             " agent_namespace text, agent_name text, scope_kind text, room_id text,"
             " enabled boolean, purpose text, policy_version text, generation bigint,"
             " consent_granted_at timestamptz, consent_expires_at timestamptz,"
@@ -351,7 +351,7 @@ async def test_admission_checks_the_fence_and_consumes_nothing_when_refused(stor
 
 async def test_remote_principal_refused_by_the_database(store, database):
     with app(database) as conn:
-        grant = ("SELECT * FROM memory_grant(%s,'native_local','kagent','a','control_room',%s,"
+        grant = ("SELECT * FROM memory_grant('matrix',%s,'kagent','a','control_room',%s,"
                  "'personal_preferences',%s,'7 days',100,512,'90 days',768,'personal',ARRAY['example.org'])")
         assert refused(conn, grant, ["@mallory:evil.example", "!room:example.org", VERSION]
                        ) == "KGD02"
@@ -365,12 +365,39 @@ async def test_remote_principal_refused_by_the_database(store, database):
     assert err.value.reason is ReasonCode.LOCAL_SERVER_MISMATCH
 
 
+async def test_principal_is_issuer_and_subject_and_v1_admits_matrix_only(store, database):
+    """The key names a principal by (issuer, subject); v1's CHECK admits the 'matrix' issuer
+    only, with the MXID grammar as that issuer's subject rule -- an OIDC issuer needs a relaxed
+    constraint later, never rewritten keys."""
+    key = make_key()
+    await store.grant(key, purpose=PURPOSE)
+    with database.admin() as conn:
+        row = conn.execute(
+            "SELECT principal_issuer, principal_subject FROM memory_scope WHERE id = %s::uuid",
+            [scope_uuid(database, key)]).fetchone()
+    assert row == ("matrix", key.principal.mxid)
+    assert (key.principal.issuer, key.principal.subject) == row
+    grant = ("SELECT * FROM memory_grant(%s,%s,'kagent','a','control_room','!room:example.org',"
+             "'personal_preferences',%s,'7 days',100,512,'90 days',768,'personal',"
+             "ARRAY['example.org'])")
+    with app(database) as conn:
+        for issuer in ("https://idp.example.org", "Matrix", ""):
+            assert refused(conn, grant, [issuer, "@alice:example.org", VERSION]) == "KGD01"
+        assert refused(conn, grant, ["matrix", "alice@example.org", VERSION]) in ("KGD02", "23514")
+    with database.admin() as conn:  # not even a superuser re-keys a scope (guard + CHECK)
+        conn.autocommit = True
+        assert refused(conn, "UPDATE memory_scope SET principal_issuer = 'oidc'") == "KGI01"
+        conn.execute("SET session_replication_role = replica")  # triggers off; CHECKs stay
+        assert refused(conn, "UPDATE memory_scope SET principal_issuer = 'oidc'") == "23514"
+        assert refused(conn, "UPDATE memory_scope SET principal_subject = 'alice'") == "23514"
+
+
 async def test_unconfigured_store_grants_nobody(database):
     from kagent_governed_memory import migrate
 
     await migrate(database.owner_dsn)  # no local server recorded
     with app(database) as conn:
-        assert refused(conn, "SELECT * FROM memory_grant('@a:example.org','native_local',"
+        assert refused(conn, "SELECT * FROM memory_grant('matrix','@a:example.org',"
                              "'kagent','a','control_room','!r:example.org','p',%s,'7 days',"
                              "100,512,'90 days',768,'personal',ARRAY['example.org'])", [VERSION]) == "KGD02"
 
@@ -430,9 +457,9 @@ async def test_grant_racing_an_offboarding_is_not_missed(store, operator, databa
         await store.grant(key, purpose=PURPOSE)
     assert await operator.unblock(principal) is True
     with app(database) as conn:  # the service role can neither lift it nor offboard anyone
-        assert refused(conn, "SELECT * FROM memory_disable_principal(%s, 'native_local')",
+        assert refused(conn, "SELECT * FROM memory_disable_principal('matrix', %s)",
                        [principal.mxid]) == "42501"
-        assert refused(conn, "SELECT memory_unblock_principal(%s, 'native_local')",
+        assert refused(conn, "SELECT memory_unblock_principal('matrix', %s)",
                        [principal.mxid]) == "42501"
     assert (await store.grant(key, purpose=PURPOSE)).generation >= 1
     assert isinstance(principal, Principal)
@@ -568,9 +595,9 @@ async def test_consent_for_a_remote_output_audience_is_refused(store):
 async def test_operator_entry_points_belong_to_the_operator_role_only(store, database):
     """Offboarding and lifting a block: kagent_memory_operator's (000009), never the service
     role's -- memory_disable_principal answers with every key of a principal."""
-    calls = ["SELECT * FROM memory_disable_principal('@a:example.org', 'native_local')",
-             "SELECT * FROM memory_purge_principal('@a:example.org', 'native_local')",
-             "SELECT memory_unblock_principal('@a:example.org', 'native_local')"]
+    calls = ["SELECT * FROM memory_disable_principal('matrix','@a:example.org')",
+             "SELECT * FROM memory_purge_principal('matrix','@a:example.org')",
+             "SELECT memory_unblock_principal('matrix','@a:example.org')"]
     with app(database) as conn:
         for call in calls:
             assert refused(conn, call) == "42501"

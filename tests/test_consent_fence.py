@@ -132,7 +132,7 @@ async def test_c3_generation_only_increases_in_the_database(store, database):
         conn.execute("UPDATE memory_scope SET generation = generation - 1")
     assert err.value.sqlstate == "KGI01"
     with database.admin() as conn, pytest.raises(psycopg.Error):
-        conn.execute("UPDATE memory_scope SET principal_mxid = '@mallory:example.org'")
+        conn.execute("UPDATE memory_scope SET principal_subject = '@mallory:example.org'")
 
 
 async def test_c3_fence_is_in_the_database_not_python(store, database):
@@ -164,7 +164,7 @@ async def test_c5_grant_refused_while_erasure_unverified(store, database):
     await store.grant(key, purpose=PURPOSE)
     with database.admin() as conn:  # a withdrawal that died after its disable step
         conn.execute("SELECT memory_disable(%s, %s, %s, %s, %s, %s)",
-                     [key.principal.mxid, "native_local", key.agent.namespace, key.agent.name,
+                     ["matrix", key.principal.mxid, key.agent.namespace, key.agent.name,
                       "control_room", key.scope.room_id])
     st = await store.status(key)
     assert st.enabled is False and st.failure_reason is ReasonCode.ERASURE_PENDING

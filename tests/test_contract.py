@@ -71,7 +71,7 @@ class Db:
     def rows_of(self, key: ScopeKey) -> int:
         return int(self.scalar(
             "SELECT count(*) FROM memory_entry e JOIN memory_scope s ON s.id = e.scope_id"
-            " WHERE s.principal_mxid = %s AND s.room_id = %s",
+            " WHERE s.principal_subject = %s AND s.room_id = %s",
             [key.principal.mxid, key.scope.room_id]))
 
     def expire_now(self, entry_id: str) -> None:
@@ -250,5 +250,5 @@ async def test_offboarding_leaves_nothing_and_blocks(b: Backend, db: Db) -> None
         await b.save(key, generation, ["private fact"], [vec("private fact")])
     report = await b.offboard(keys[0].principal)
     assert sorted(report) == [("cleared", 1), ("cleared", 1)]
-    assert db.scalar("SELECT count(*) FROM memory_scope WHERE principal_mxid = %s", [mxid]) == 0
+    assert db.scalar("SELECT count(*) FROM memory_scope WHERE principal_subject = %s", [mxid]) == 0
     assert await refused(b.grant(keys[0], PURPOSE)) == "principal_offboarded"

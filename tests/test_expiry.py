@@ -31,7 +31,7 @@ def plant(conn: psycopg.Connection, sid: str, generation: int, text: str, expire
 
 
 def _key_args(key) -> list:
-    return [key.principal.mxid, key.principal.origin.value, key.agent.namespace, key.agent.name,
+    return [key.principal.issuer, key.principal.subject, key.agent.namespace, key.agent.name,
             key.scope.kind.value, key.scope.room_id]
 
 

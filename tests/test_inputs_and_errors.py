@@ -86,7 +86,7 @@ async def test_b4_byte_cap_enforced_by_the_database(store, database, granted):
     with psycopg.connect(database.owner_dsn, autocommit=True) as conn, pytest.raises(psycopg.Error) as e:
         conn.execute(
             "SELECT memory_save(%s,%s,%s,%s,%s,%s,%s,%s,%s,ARRAY[%s::vector])",
-            [key.principal.mxid, "native_local", key.agent.namespace, key.agent.name,
+            ["matrix", key.principal.mxid, key.agent.namespace, key.agent.name,
              "control_room", key.scope.room_id, g, store.policy.version, ["y" * 513],
              "[" + ",".join(["0.1"] * 768) + "]"])
     assert e.value.sqlstate == "KGF01"

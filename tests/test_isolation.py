@@ -60,7 +60,7 @@ async def test_s2_hyphen_and_underscore_agents_are_not_conflated(store, database
     await store.grant(key, purpose=PURPOSE)
     with database.admin() as conn, pytest.raises(psycopg.Error) as err:
         conn.execute(
-            "SELECT memory_grant('@alice:example.org','native_local','kagent','my_agent',"
+            "SELECT memory_grant('matrix','@alice:example.org','kagent','my_agent',"
             "'control_room','!control-a:example.org','personal_preferences','v1',"
             "interval '7 days',100,512,interval '90 days',768,'personal',ARRAY['example.org'])")
     assert err.value.sqlstate == "23514"
@@ -88,12 +88,15 @@ async def test_s5_same_mxid_other_origin_is_refused_before_storage(store, databa
             await call
         assert err.value.reason is ReasonCode.FEDERATION_DENIED
     assert database.scalar("SELECT count(*) FROM memory_scope") == 1
-    # and the database itself refuses to hold such a scope
+    # The origin kind is a rule of the Matrix issuer, applied before the database (here, and
+    # by the controller from the bridge-signed ``org`` claim); the database keys principals by
+    # (issuer, subject) and admits the 'matrix' issuer only, so no other identity system's
+    # subject can be stored under v1 either.
     with database.admin() as conn, pytest.raises(psycopg.Error) as err:
         conn.execute(
             "SELECT memory_grant(%s,%s,'kagent','my-agent','control_room','!r:example.org',"
             "'personal_preferences','v1',interval '7 days',100,512,interval '90 days',768,'personal',ARRAY['example.org'])",
-            [native.principal.mxid, origin.value])
+            [f"{origin.value}.example", native.principal.mxid])
     assert err.value.sqlstate == "KGD01"
 
 

@@ -153,7 +153,7 @@ async def test_search_plan_is_an_exact_scope_index_scan(store, database):
         literal = "[" + ",".join(f"{v:.6f}" for v in vec("user 7 fact 3")) + "]"
         rows = conn.execute(
             "SELECT content FROM memory_search(%s,%s,%s,%s,%s,%s,%s,%s,%s::vector,5)",
-            [target.principal.mxid, "native_local", target.agent.namespace, target.agent.name,
+            ["matrix", target.principal.mxid, target.agent.namespace, target.agent.name,
              "control_room", target.scope.room_id, g, store.policy.version, literal]).fetchall()
         indexes = conn.execute("SELECT indexdef FROM pg_indexes WHERE tablename = 'memory_entry'"
                                ).fetchall()

@@ -270,7 +270,7 @@ def test_legacy_memory_sql_patch_removes_popularity_and_adds_expiry():
 
 # -- (c) database --------------------------------------------------------------------------
 
-KEY = ["@alice:example.org", "native_local", "kagent", "my-agent", "control_room",
+KEY = ["matrix", "@alice:example.org", "kagent", "my-agent", "control_room",
        "!control:example.org"]
 AGENT, USER = "kagent__NS__my_agent", "@alice:example.org"
 GOVERNED_TABLES = {"memory_scope", "memory_entry", "memory_audit", "memory_admission_bucket",

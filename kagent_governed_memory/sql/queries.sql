@@ -1,7 +1,7 @@
 -- Every statement the library runs, in sqlc's `-- name: Name :kind` format with $n parameters,
 -- so the Go controller patch carries the same text (see patches/).  Each is one round trip and
 -- one transaction; the rules live in the functions of migrations 000004-000008.
--- Key parameters $1..$6: principal_mxid, principal_origin, agent_namespace, agent_name,
+-- Key parameters $1..$6: principal_issuer, principal_subject, agent_namespace, agent_name,
 -- scope_kind, room_id.  Run as a member of kagent_memory_service (EXECUTE on these functions,
 -- nothing else), except UnblockMemoryPrincipal, which only the owner may run.
 

@@ -495,7 +495,7 @@ async def run_patched(h: Harness, store: GovernedMemoryStore, admin_dsn: str) ->
     secret_load = await h.turn("main", "LOAD-SECRET", key=key)
     generation = await store.generation(key)
     expired_marker, live_marker = f"EXPIRED-{secrets.token_hex(4)}", f"LIVE-{secrets.token_hex(4)}"
-    sid = _scalar(admin_dsn, "SELECT id::text FROM memory_scope WHERE principal_mxid = %s",
+    sid = _scalar(admin_dsn, "SELECT id::text FROM memory_scope WHERE principal_subject = %s",
                   [key.principal.mxid])
     with psycopg.connect(admin_dsn, autocommit=True) as conn:
         for text, expires in ((f"{expired_marker} I like durian", "now() - interval '1 minute'"),

@@ -60,13 +60,18 @@ BEGIN
 END
 $$;
 
--- One row per typed scope key (S4): principal (complete MXID + origin), exact agent, scope.
+-- One row per typed scope key (S4): principal (issuer + subject), exact agent, scope.
+-- A principal is named by the identity system that issued it and its subject there, so another
+-- issuer (e.g. an OIDC provider) can be admitted later by relaxing memory_scope_issuer_v1 alone,
+-- without rewriting a key.  v1 admits the 'matrix' issuer only: the subject is a complete MXID
+-- of the local homeserver (checked at grant, KGD02); only native local users are admitted, a
+-- rule of that issuer applied from the bridge-signed origin before the database is reached.
 -- Holds consent, the generation fence and the limits in force.  Never deleted: it is also the
 -- durable record of the last verified erasure and of any failure (C5).
 CREATE TABLE IF NOT EXISTS memory_scope (
     id                       UUID        PRIMARY KEY DEFAULT gen_random_uuid(),
-    principal_mxid           TEXT        NOT NULL,
-    principal_origin         TEXT        NOT NULL,
+    principal_issuer         TEXT        NOT NULL,
+    principal_subject        TEXT        NOT NULL,
     agent_namespace          TEXT        NOT NULL,
     agent_name               TEXT        NOT NULL,
     scope_kind               TEXT        NOT NULL,
@@ -93,13 +98,14 @@ CREATE TABLE IF NOT EXISTS memory_scope (
     created_at               TIMESTAMPTZ NOT NULL DEFAULT now(),
     updated_at               TIMESTAMPTZ NOT NULL DEFAULT now(),
     CONSTRAINT memory_scope_key UNIQUE
-        (principal_mxid, principal_origin, agent_namespace, agent_name, scope_kind, room_id),
+        (principal_issuer, principal_subject, agent_namespace, agent_name, scope_kind, room_id),
     -- S5 / S3: only native local principals in a single-subject control room are storable.
-    CONSTRAINT memory_scope_native_only CHECK (principal_origin = 'native_local'),
+    CONSTRAINT memory_scope_issuer_v1 CHECK (principal_issuer = 'matrix'),
     CONSTRAINT memory_scope_kind_v1 CHECK (scope_kind = 'control_room'),
-    CONSTRAINT memory_scope_mxid_shape CHECK (
-        octet_length(principal_mxid) <= 255
-        AND principal_mxid ~ '^@[!-9;-~]+:[A-Za-z0-9.:\[\]-]+$'),
+    CONSTRAINT memory_scope_subject_shape CHECK (
+        octet_length(principal_subject) <= 255
+        AND (principal_issuer <> 'matrix'
+             OR principal_subject ~ '^@[!-9;-~]+:[A-Za-z0-9.:\[\]-]+$')),
     CONSTRAINT memory_scope_agent_shape CHECK (
         agent_namespace ~ '^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$'
         AND length(agent_name) <= 253
@@ -126,7 +132,7 @@ CREATE TABLE IF NOT EXISTS memory_scope (
 );
 
 CREATE INDEX IF NOT EXISTS idx_memory_scope_principal
-    ON memory_scope (principal_mxid, principal_origin);
+    ON memory_scope (principal_issuer, principal_subject);
 
 -- Memory content.  expires_at is NOT NULL and fixed at insert (B3); reads require
 -- expires_at > now() (B2).  No ANN index on purpose: a scope holds at most entry_cap live rows,
@@ -238,8 +244,8 @@ CREATE OR REPLACE FUNCTION memory_scope_guard() RETURNS trigger
 LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
 BEGIN
     IF NEW.generation < OLD.generation
-       OR NEW.principal_mxid IS DISTINCT FROM OLD.principal_mxid
-       OR NEW.principal_origin IS DISTINCT FROM OLD.principal_origin
+       OR NEW.principal_issuer IS DISTINCT FROM OLD.principal_issuer
+       OR NEW.principal_subject IS DISTINCT FROM OLD.principal_subject
        OR NEW.agent_namespace IS DISTINCT FROM OLD.agent_namespace
        OR NEW.agent_name IS DISTINCT FROM OLD.agent_name
        OR NEW.scope_kind IS DISTINCT FROM OLD.scope_kind

@@ -21,12 +21,12 @@ SELECT pg_catalog.set_config('search_path', pg_catalog.concat_ws(', ',
 
 -- The scope row for a typed key (NULL row when absent).
 CREATE OR REPLACE FUNCTION memory_scope_row(
-    p_mxid TEXT, p_origin TEXT, p_namespace TEXT, p_agent TEXT, p_kind TEXT, p_room TEXT)
+    p_issuer TEXT, p_subject TEXT, p_namespace TEXT, p_agent TEXT, p_kind TEXT, p_room TEXT)
 RETURNS memory_scope
 LANGUAGE sql STABLE AS $$
     SELECT *
       FROM memory_scope
-     WHERE principal_mxid = p_mxid AND principal_origin = p_origin
+     WHERE principal_issuer = p_issuer AND principal_subject = p_subject
        AND agent_namespace = p_namespace AND agent_name = p_agent
        AND scope_kind = p_kind AND room_id = p_room
 $$;
@@ -34,12 +34,12 @@ $$;
 -- The same row, locked against concurrent writers of this scope (grant, clear, verify, and the
 -- insert fence, which takes the same lock) until the calling transaction ends.
 CREATE OR REPLACE FUNCTION memory_scope_lock(
-    p_mxid TEXT, p_origin TEXT, p_namespace TEXT, p_agent TEXT, p_kind TEXT, p_room TEXT)
+    p_issuer TEXT, p_subject TEXT, p_namespace TEXT, p_agent TEXT, p_kind TEXT, p_room TEXT)
 RETURNS memory_scope
 LANGUAGE sql VOLATILE AS $$
     SELECT *
       FROM memory_scope
-     WHERE principal_mxid = p_mxid AND principal_origin = p_origin
+     WHERE principal_issuer = p_issuer AND principal_subject = p_subject
        AND agent_namespace = p_namespace AND agent_name = p_agent
        AND scope_kind = p_kind AND room_id = p_room
        FOR NO KEY UPDATE
@@ -111,10 +111,10 @@ $$;
 
 -- An opaque reference to a principal: salted, so the block table holds no MXID and no hash a
 -- dictionary of MXIDs could reverse without the salt.
-CREATE OR REPLACE FUNCTION memory_principal_ref(p_mxid TEXT, p_origin TEXT) RETURNS BYTEA
+CREATE OR REPLACE FUNCTION memory_principal_ref(p_issuer TEXT, p_subject TEXT) RETURNS BYTEA
 LANGUAGE sql STABLE AS $$
-    SELECT sha256(c.principal_salt || convert_to(p_origin, 'UTF8') || '\x00'::bytea
-                  || convert_to(p_mxid, 'UTF8'))
+    SELECT sha256(c.principal_salt || convert_to(p_issuer, 'UTF8') || '\x00'::bytea
+                  || convert_to(p_subject, 'UTF8'))
       FROM memory_config c
 $$;
 
@@ -131,7 +131,7 @@ $$;
 -- advances the generation, so work admitted under an earlier consent can never resume, and
 -- starts from an empty scope.
 CREATE OR REPLACE FUNCTION memory_grant(
-    p_mxid TEXT, p_origin TEXT, p_namespace TEXT, p_agent TEXT, p_kind TEXT, p_room TEXT,
+    p_issuer TEXT, p_subject TEXT, p_namespace TEXT, p_agent TEXT, p_kind TEXT, p_room TEXT,
     p_purpose TEXT, p_policy_version TEXT, p_max_ttl INTERVAL, p_entry_cap INTEGER,
     p_fact_max_bytes INTEGER, p_consent_max_age INTERVAL, p_embedding_dimension INTEGER,
     p_classification TEXT, p_output_audience TEXT[])
@@ -143,7 +143,7 @@ DECLARE
     server TEXT;
 BEGIN
     PERFORM memory_guard();
-    IF p_kind IS DISTINCT FROM 'control_room' OR p_origin IS DISTINCT FROM 'native_local' THEN
+    IF p_kind IS DISTINCT FROM 'control_room' OR p_issuer IS DISTINCT FROM 'matrix' THEN
         RAISE EXCEPTION 'scope_denied' USING ERRCODE = 'KGD01';
     END IF;
     IF p_consent_max_age IS NULL OR p_consent_max_age <= INTERVAL '0'
@@ -155,7 +155,7 @@ BEGIN
     -- Unconfigured means nobody: fail closed.
     SELECT c.local_server INTO server FROM memory_config c;
     IF server IS NULL
-       OR substr(p_mxid, strpos(p_mxid, ':') + 1) IS DISTINCT FROM server
+       OR substr(p_subject, strpos(p_subject, ':') + 1) IS DISTINCT FROM server
        OR (strpos(p_room, ':') > 0 AND substr(p_room, strpos(p_room, ':') + 1) IS DISTINCT FROM server)
        -- and memory is never used where replies reach another homeserver (S5)
        OR p_output_audience IS DISTINCT FROM ARRAY[server]
@@ -164,18 +164,18 @@ BEGIN
     END IF;
     -- L2: shared with the offboarding's exclusive lock, so a grant either commits before the
     -- offboarding looks for scopes, or sees its block and is refused.
-    PERFORM memory_principal_lock(memory_principal_ref(p_mxid, p_origin), false);
+    PERFORM memory_principal_lock(memory_principal_ref(p_issuer, p_subject), false);
     IF EXISTS (SELECT FROM memory_principal_block b
-                WHERE b.principal_ref = memory_principal_ref(p_mxid, p_origin)) THEN
+                WHERE b.principal_ref = memory_principal_ref(p_issuer, p_subject)) THEN
         RAISE EXCEPTION 'principal_offboarded' USING ERRCODE = 'KGD03';
     END IF;
-    INSERT INTO memory_scope (principal_mxid, principal_origin, agent_namespace, agent_name,
+    INSERT INTO memory_scope (principal_issuer, principal_subject, agent_namespace, agent_name,
                               scope_kind, room_id, max_ttl, entry_cap, fact_max_bytes)
-    VALUES (p_mxid, p_origin, p_namespace, p_agent, p_kind, p_room,
+    VALUES (p_issuer, p_subject, p_namespace, p_agent, p_kind, p_room,
             p_max_ttl, p_entry_cap, p_fact_max_bytes)
     ON CONFLICT ON CONSTRAINT memory_scope_key DO NOTHING;
 
-    s := memory_scope_lock(p_mxid, p_origin, p_namespace, p_agent, p_kind, p_room);
+    s := memory_scope_lock(p_issuer, p_subject, p_namespace, p_agent, p_kind, p_room);
 
     IF s.failure_reason IS NOT NULL THEN
         RAISE EXCEPTION 'erasure_pending' USING ERRCODE = 'KGC03';
@@ -216,7 +216,7 @@ $$;
 -- under the caller's policy version, and for the request's classification and output audience
 -- (ADR decision 6; each checked when given -- the runtime passes the verified assertion's).
 CREATE OR REPLACE FUNCTION memory_generation(
-    p_mxid TEXT, p_origin TEXT, p_namespace TEXT, p_agent TEXT, p_kind TEXT, p_room TEXT,
+    p_issuer TEXT, p_subject TEXT, p_namespace TEXT, p_agent TEXT, p_kind TEXT, p_room TEXT,
     p_policy_version TEXT, p_classification TEXT, p_output_audience TEXT[])
 RETURNS BIGINT
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT AS $$
@@ -224,7 +224,7 @@ BEGIN
     PERFORM memory_guard();
     RETURN (
         SELECT s.generation
-          FROM memory_scope_row(p_mxid, p_origin, p_namespace, p_agent, p_kind, p_room) s
+          FROM memory_scope_row(p_issuer, p_subject, p_namespace, p_agent, p_kind, p_room) s
          WHERE s.enabled AND s.consent_expires_at > now() AND s.policy_version = p_policy_version
            AND (p_classification IS NULL OR s.classification = p_classification)
            AND (p_output_audience IS NULL
@@ -236,7 +236,7 @@ $$;
 -- Fenced save (C3, B3, B4): all facts or none.  The insert trigger re-checks the fence under
 -- the scope row lock, fixes created_at/expires_at and enforces both caps.
 CREATE OR REPLACE FUNCTION memory_save(
-    p_mxid TEXT, p_origin TEXT, p_namespace TEXT, p_agent TEXT, p_kind TEXT, p_room TEXT,
+    p_issuer TEXT, p_subject TEXT, p_namespace TEXT, p_agent TEXT, p_kind TEXT, p_room TEXT,
     p_generation BIGINT, p_policy_version TEXT, p_contents TEXT[], p_embeddings vector[])
 RETURNS TABLE (id UUID, created_at TIMESTAMPTZ, expires_at TIMESTAMPTZ)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT AS $$
@@ -249,7 +249,7 @@ BEGIN
        OR cardinality(p_contents) IS DISTINCT FROM cardinality(p_embeddings) THEN
         RAISE EXCEPTION 'invalid_argument' USING ERRCODE = '22023';
     END IF;
-    s := memory_scope_row(p_mxid, p_origin, p_namespace, p_agent, p_kind, p_room);
+    s := memory_scope_row(p_issuer, p_subject, p_namespace, p_agent, p_kind, p_room);
     PERFORM memory_fence_check(s, p_generation, p_policy_version);
     PERFORM memory_bind_scope(s.id);
     RETURN QUERY
@@ -268,7 +268,7 @@ $$;
 -- repeated inside the read's own snapshot, so a withdrawal that commits between the check and
 -- the read yields nothing rather than stale content.
 CREATE OR REPLACE FUNCTION memory_search(
-    p_mxid TEXT, p_origin TEXT, p_namespace TEXT, p_agent TEXT, p_kind TEXT, p_room TEXT,
+    p_issuer TEXT, p_subject TEXT, p_namespace TEXT, p_agent TEXT, p_kind TEXT, p_room TEXT,
     p_generation BIGINT, p_policy_version TEXT, p_embedding vector, p_limit INTEGER)
 RETURNS TABLE (id UUID, content TEXT, created_at TIMESTAMPTZ, expires_at TIMESTAMPTZ,
                distance DOUBLE PRECISION)
@@ -281,7 +281,7 @@ BEGIN
     IF p_limit IS NULL OR p_limit < 1 OR p_limit > 50 OR p_embedding IS NULL THEN
         RAISE EXCEPTION 'invalid_argument' USING ERRCODE = '22023';
     END IF;
-    s := memory_scope_row(p_mxid, p_origin, p_namespace, p_agent, p_kind, p_room);
+    s := memory_scope_row(p_issuer, p_subject, p_namespace, p_agent, p_kind, p_room);
     PERFORM memory_fence_check(s, p_generation, p_policy_version);
     IF vector_dims(p_embedding) <> s.embedding_dimension THEN
         RAISE EXCEPTION 'invalid_embedding' USING ERRCODE = '22000';
@@ -301,7 +301,7 @@ $$;
 -- The subject's own view (U2): needs no generation, never returns expired rows.  Keyset
 -- pagination, newest first; returns at most p_limit rows after (p_after_created, p_after_id).
 CREATE OR REPLACE FUNCTION memory_inspect(
-    p_mxid TEXT, p_origin TEXT, p_namespace TEXT, p_agent TEXT, p_kind TEXT, p_room TEXT,
+    p_issuer TEXT, p_subject TEXT, p_namespace TEXT, p_agent TEXT, p_kind TEXT, p_room TEXT,
     p_after_created TIMESTAMPTZ, p_after_id UUID, p_limit INTEGER)
 RETURNS TABLE (id UUID, content TEXT, created_at TIMESTAMPTZ, expires_at TIMESTAMPTZ)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT AS $$
@@ -313,7 +313,7 @@ BEGIN
     IF p_limit IS NULL OR p_limit < 1 OR p_limit > 51 THEN
         RAISE EXCEPTION 'invalid_argument' USING ERRCODE = '22023';
     END IF;
-    s := memory_scope_row(p_mxid, p_origin, p_namespace, p_agent, p_kind, p_room);
+    s := memory_scope_row(p_issuer, p_subject, p_namespace, p_agent, p_kind, p_room);
     IF s.id IS NULL THEN
         RETURN;
     END IF;
@@ -329,7 +329,7 @@ $$;
 
 -- Content-free status (U1): one row, or none for a key that was never granted.
 CREATE OR REPLACE FUNCTION memory_status(
-    p_mxid TEXT, p_origin TEXT, p_namespace TEXT, p_agent TEXT, p_kind TEXT, p_room TEXT)
+    p_issuer TEXT, p_subject TEXT, p_namespace TEXT, p_agent TEXT, p_kind TEXT, p_room TEXT)
 RETURNS TABLE (enabled BOOLEAN, purpose TEXT, policy_version TEXT, generation BIGINT,
                consent_expires_at TIMESTAMPTZ, max_ttl INTERVAL, entry_cap INTEGER,
                entry_count BIGINT, last_verified_erasure_at TIMESTAMPTZ, failure_reason TEXT)
@@ -339,7 +339,7 @@ DECLARE
     s memory_scope%ROWTYPE;
 BEGIN
     PERFORM memory_guard();
-    s := memory_scope_row(p_mxid, p_origin, p_namespace, p_agent, p_kind, p_room);
+    s := memory_scope_row(p_issuer, p_subject, p_namespace, p_agent, p_kind, p_room);
     IF s.id IS NULL THEN
         RETURN;
     END IF;
@@ -355,7 +355,7 @@ $$;
 -- U3: delete one entry of this key.  Same answer for an absent, foreign or already-deleted id
 -- (no existence oracle): deleted = 0.  Works whether or not the scope is enabled.
 CREATE OR REPLACE FUNCTION memory_forget(
-    p_mxid TEXT, p_origin TEXT, p_namespace TEXT, p_agent TEXT, p_kind TEXT, p_room TEXT,
+    p_issuer TEXT, p_subject TEXT, p_namespace TEXT, p_agent TEXT, p_kind TEXT, p_room TEXT,
     p_entry_id UUID)
 RETURNS TABLE (generation BIGINT, deleted BIGINT)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT AS $$
@@ -365,7 +365,7 @@ DECLARE
     n BIGINT := 0;
 BEGIN
     PERFORM memory_guard();
-    s := memory_scope_row(p_mxid, p_origin, p_namespace, p_agent, p_kind, p_room);
+    s := memory_scope_row(p_issuer, p_subject, p_namespace, p_agent, p_kind, p_room);
     IF s.id IS NOT NULL THEN
         PERFORM memory_bind_scope(s.id);
         DELETE FROM memory_entry WHERE memory_entry.id = p_entry_id AND scope_id = s.id;
@@ -379,7 +379,7 @@ $$;
 -- U4/C4 step 1 of a withdrawal: disable and advance the generation, marking the erasure as
 -- pending until it is verified.  Committed on its own, before any delete.
 CREATE OR REPLACE FUNCTION memory_disable(
-    p_mxid TEXT, p_origin TEXT, p_namespace TEXT, p_agent TEXT, p_kind TEXT, p_room TEXT)
+    p_issuer TEXT, p_subject TEXT, p_namespace TEXT, p_agent TEXT, p_kind TEXT, p_room TEXT)
 RETURNS TABLE (scope_id UUID, generation BIGINT)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT AS $$
 #variable_conflict use_column
@@ -390,7 +390,7 @@ BEGIN
     UPDATE memory_scope
        SET enabled = false, generation = memory_scope.generation + 1,
            failure_reason = 'erasure_pending', failure_at = now()
-     WHERE id = (memory_scope_row(p_mxid, p_origin, p_namespace, p_agent, p_kind, p_room)).id
+     WHERE id = (memory_scope_row(p_issuer, p_subject, p_namespace, p_agent, p_kind, p_room)).id
     RETURNING * INTO s;
     IF s.id IS NOT NULL THEN
         PERFORM memory_audit_write(s.id, 'disable', 'disabled', s.generation, NULL);
@@ -401,7 +401,7 @@ $$;
 
 -- L2 step 1: block the principal's grants and disable every scope of the principal in one
 -- transaction, before any clearing.
-CREATE OR REPLACE FUNCTION memory_disable_principal(p_mxid TEXT, p_origin TEXT)
+CREATE OR REPLACE FUNCTION memory_disable_principal(p_issuer TEXT, p_subject TEXT)
 RETURNS TABLE (scope_id UUID, agent_namespace TEXT, agent_name TEXT, scope_kind TEXT,
                room_id TEXT, generation BIGINT)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT AS $$
@@ -410,16 +410,16 @@ BEGIN
     PERFORM memory_guard();
     -- Block first, under the lock every grant of this principal shares: grants in flight
     -- commit before the UPDATE below takes its snapshot, later ones see the block.
-    PERFORM memory_principal_lock(memory_principal_ref(p_mxid, p_origin), true);
+    PERFORM memory_principal_lock(memory_principal_ref(p_issuer, p_subject), true);
     INSERT INTO memory_principal_block (principal_ref)
-    VALUES (memory_principal_ref(p_mxid, p_origin))
+    VALUES (memory_principal_ref(p_issuer, p_subject))
     ON CONFLICT (principal_ref) DO NOTHING;
     RETURN QUERY
     WITH disabled AS (
         UPDATE memory_scope
            SET enabled = false, generation = memory_scope.generation + 1,
                failure_reason = 'erasure_pending', failure_at = now()
-         WHERE principal_mxid = p_mxid AND principal_origin = p_origin
+         WHERE principal_issuer = p_issuer AND principal_subject = p_subject
         RETURNING memory_scope.id, memory_scope.agent_namespace, memory_scope.agent_name,
                   memory_scope.scope_kind, memory_scope.room_id, memory_scope.generation
     ), audited AS (
@@ -436,7 +436,7 @@ $$;
 -- transaction, so saves in flight under the old generation are fenced out; a withdrawal has
 -- advanced it already in memory_disable.
 CREATE OR REPLACE FUNCTION memory_clear(
-    p_mxid TEXT, p_origin TEXT, p_namespace TEXT, p_agent TEXT, p_kind TEXT, p_room TEXT,
+    p_issuer TEXT, p_subject TEXT, p_namespace TEXT, p_agent TEXT, p_kind TEXT, p_room TEXT,
     p_advance BOOLEAN)
 RETURNS TABLE (generation BIGINT, deleted BIGINT)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT AS $$
@@ -446,7 +446,7 @@ DECLARE
     n BIGINT := 0;
 BEGIN
     PERFORM memory_guard();
-    s := memory_scope_lock(p_mxid, p_origin, p_namespace, p_agent, p_kind, p_room);
+    s := memory_scope_lock(p_issuer, p_subject, p_namespace, p_agent, p_kind, p_room);
     IF s.id IS NULL THEN
         RETURN;
     END IF;
@@ -469,7 +469,7 @@ $$;
 -- erasure (and, for a complete erasure, clears the pending marker).  Otherwise the scope is
 -- disabled with failure_reason = verification_failed (C5) and verified_at is NULL.
 CREATE OR REPLACE FUNCTION memory_verify_erasure(
-    p_mxid TEXT, p_origin TEXT, p_namespace TEXT, p_agent TEXT, p_kind TEXT, p_room TEXT,
+    p_issuer TEXT, p_subject TEXT, p_namespace TEXT, p_agent TEXT, p_kind TEXT, p_room TEXT,
     p_generation BIGINT, p_entry_id UUID, p_complete BOOLEAN)
 RETURNS TABLE (generation BIGINT, verified_at TIMESTAMPTZ)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT AS $$
@@ -483,7 +483,7 @@ BEGIN
     IF p_complete AND p_entry_id IS NOT NULL THEN
         RAISE EXCEPTION 'invalid_argument' USING ERRCODE = '22023';
     END IF;
-    s := memory_scope_lock(p_mxid, p_origin, p_namespace, p_agent, p_kind, p_room);
+    s := memory_scope_lock(p_issuer, p_subject, p_namespace, p_agent, p_kind, p_room);
     IF s.id IS NULL THEN
         RETURN QUERY SELECT NULL::BIGINT, now();
         RETURN;
@@ -525,7 +525,7 @@ $$;
 
 -- C5: a content-free failure (a reason code) on a scope that stays disabled.
 CREATE OR REPLACE FUNCTION memory_record_failure(
-    p_mxid TEXT, p_origin TEXT, p_namespace TEXT, p_agent TEXT, p_kind TEXT, p_room TEXT,
+    p_issuer TEXT, p_subject TEXT, p_namespace TEXT, p_agent TEXT, p_kind TEXT, p_room TEXT,
     p_reason TEXT)
 RETURNS void
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT AS $$
@@ -535,7 +535,7 @@ BEGIN
     PERFORM memory_guard();
     UPDATE memory_scope
        SET enabled = false, failure_reason = p_reason, failure_at = now()
-     WHERE id = (memory_scope_row(p_mxid, p_origin, p_namespace, p_agent, p_kind, p_room)).id
+     WHERE id = (memory_scope_row(p_issuer, p_subject, p_namespace, p_agent, p_kind, p_room)).id
     RETURNING * INTO s;
     IF s.id IS NOT NULL THEN
         PERFORM memory_audit_write(s.id, 'failure', p_reason, s.generation, NULL);
@@ -567,7 +567,7 @@ $$;
 -- rows (the only rows that name the principal and its rooms) are deleted.  Scopes with an
 -- unverified erasure or rows left are kept, and counted, for the next offboarding run.  Content-
 -- free evidence stays in memory_audit, keyed by the scopes' random ids.
-CREATE OR REPLACE FUNCTION memory_purge_principal(p_mxid TEXT, p_origin TEXT)
+CREATE OR REPLACE FUNCTION memory_purge_principal(p_issuer TEXT, p_subject TEXT)
 RETURNS TABLE (purged BIGINT, kept BIGINT)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT AS $$
 DECLARE
@@ -577,11 +577,11 @@ DECLARE
 BEGIN
     PERFORM memory_guard();
     IF NOT EXISTS (SELECT FROM memory_principal_block b
-                    WHERE b.principal_ref = memory_principal_ref(p_mxid, p_origin)) THEN
+                    WHERE b.principal_ref = memory_principal_ref(p_issuer, p_subject)) THEN
         RAISE EXCEPTION 'consent_required' USING ERRCODE = 'KGC01';  -- not being offboarded
     END IF;
     FOR s IN SELECT * FROM memory_scope
-              WHERE principal_mxid = p_mxid AND principal_origin = p_origin
+              WHERE principal_issuer = p_issuer AND principal_subject = p_subject
               ORDER BY id FOR UPDATE LOOP
         PERFORM memory_bind_scope(s.id);
         IF s.enabled OR s.failure_reason IS NOT NULL
@@ -599,15 +599,15 @@ END
 $$;
 
 -- The operator lifts an offboarding block (owner only: not granted to the service role).
-CREATE OR REPLACE FUNCTION memory_unblock_principal(p_mxid TEXT, p_origin TEXT) RETURNS BIGINT
+CREATE OR REPLACE FUNCTION memory_unblock_principal(p_issuer TEXT, p_subject TEXT) RETURNS BIGINT
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT AS $$
 DECLARE
     n BIGINT;
 BEGIN
     PERFORM memory_guard();
-    PERFORM memory_principal_lock(memory_principal_ref(p_mxid, p_origin), true);
+    PERFORM memory_principal_lock(memory_principal_ref(p_issuer, p_subject), true);
     DELETE FROM memory_principal_block
-     WHERE principal_ref = memory_principal_ref(p_mxid, p_origin);
+     WHERE principal_ref = memory_principal_ref(p_issuer, p_subject);
     GET DIAGNOSTICS n = ROW_COUNT;
     PERFORM memory_audit_write(NULL, 'unblock', CASE WHEN n > 0 THEN 'lifted' ELSE 'none' END,
                                NULL, n);

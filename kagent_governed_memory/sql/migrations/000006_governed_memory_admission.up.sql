@@ -41,7 +41,7 @@ $$;
 -- Buckets are locked in name order, so concurrent admissions cannot deadlock.  p_now NULL
 -- means the database clock (shared by all replicas); tests pass an explicit instant.
 CREATE OR REPLACE FUNCTION memory_admit(
-    p_mxid TEXT, p_origin TEXT, p_namespace TEXT, p_agent TEXT, p_kind TEXT, p_room TEXT,
+    p_issuer TEXT, p_subject TEXT, p_namespace TEXT, p_agent TEXT, p_kind TEXT, p_room TEXT,
     p_generation BIGINT, p_policy_version TEXT,
     p_buckets TEXT[], p_costs DOUBLE PRECISION[], p_capacities DOUBLE PRECISION[],
     p_refill DOUBLE PRECISION[], p_period_seconds DOUBLE PRECISION[], p_now TIMESTAMPTZ)
@@ -71,7 +71,7 @@ BEGIN
             RAISE EXCEPTION 'invalid_argument' USING ERRCODE = '22023';
         END IF;
     END LOOP;
-    s := memory_scope_row(p_mxid, p_origin, p_namespace, p_agent, p_kind, p_room);
+    s := memory_scope_row(p_issuer, p_subject, p_namespace, p_agent, p_kind, p_room);
     PERFORM memory_fence_check(s, p_generation, p_policy_version);
     -- The bucket names are the fenced key's, derived here: a caller names only the kind, so
     -- it can never spend or exhaust another key's budget.
@@ -80,7 +80,7 @@ BEGIN
             names := names || ('scope:' || replace(s.id::text, '-', ''));
         ELSIF p_buckets[i] LIKE 'sender:%' THEN
             names := names || ('sender:' || left(encode(sha256(convert_to(
-                p_mxid || '/' || p_namespace || '/' || p_agent, 'UTF8')), 'hex'), 32));
+                p_subject || '/' || p_namespace || '/' || p_agent, 'UTF8')), 'hex'), 32));
         ELSE
             RAISE EXCEPTION 'invalid_argument' USING ERRCODE = '22023';
         END IF;

@@ -47,7 +47,7 @@ $$;
 -- large as the last minute and a half of requests.
 CREATE OR REPLACE FUNCTION memory_redeem_assertion(
     p_jti TEXT, p_expires_at TIMESTAMPTZ,
-    p_mxid TEXT, p_origin TEXT, p_namespace TEXT, p_agent TEXT, p_kind TEXT, p_room TEXT,
+    p_issuer TEXT, p_subject TEXT, p_namespace TEXT, p_agent TEXT, p_kind TEXT, p_room TEXT,
     p_policy_version TEXT, p_classification TEXT, p_output_audience TEXT[])
 RETURNS BIGINT
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT AS $$
@@ -70,7 +70,7 @@ BEGIN
      WHERE jti IN (SELECT u.jti FROM memory_assertion_use u
                     WHERE u.forget_at < now()
                     ORDER BY u.forget_at LIMIT 16 FOR UPDATE SKIP LOCKED);
-    RETURN memory_generation(p_mxid, p_origin, p_namespace, p_agent, p_kind, p_room,
+    RETURN memory_generation(p_issuer, p_subject, p_namespace, p_agent, p_kind, p_room,
                              p_policy_version, p_classification, p_output_audience);
 END
 $$;
