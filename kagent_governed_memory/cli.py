@@ -33,7 +33,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return EXIT_USAGE
     try:
-        return asyncio.run(args.handler(args))
+        code: int = asyncio.run(args.handler(args))
+        return code
     except EmbeddedUnavailable as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_UNAVAILABLE

@@ -9,7 +9,9 @@ apart from chat-token metrics.
 from __future__ import annotations
 
 import functools
+from collections.abc import Awaitable, Callable, Coroutine
 from enum import StrEnum
+from typing import Any, ParamSpec, TypeVar
 
 from opentelemetry import metrics, trace
 
@@ -18,6 +20,9 @@ from .errors import ReasonCode
 __all__ = ["Metering", "Operation", "traced"]
 
 _tracer = trace.get_tracer("kagent_governed_memory")
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
 
 
 class Operation(StrEnum):
@@ -56,12 +61,15 @@ class Metering:
             self._items.add(n, {"operation": Operation.EMBED.value, "outcome": "ok"})
 
 
-def traced(operation: Operation):
+def traced(
+    operation: Operation,
+) -> Callable[[Callable[_P, Awaitable[_R]]], Callable[_P, Coroutine[Any, Any, _R]]]:
     """Run a coroutine method inside a ``kgm.memory.<operation>`` span whose only attributes
-    are the operation, its outcome and a count (set by ``Metering.count``)."""
-    def wrap(fn):
+    are the operation, its outcome and a count (set by ``Metering.count``).  The decorated
+    method keeps its signature (``ParamSpec``)."""
+    def wrap(fn: Callable[_P, Awaitable[_R]]) -> Callable[_P, Coroutine[Any, Any, _R]]:
         @functools.wraps(fn)
-        async def run(*args, **kwargs):
+        async def run(*args: _P.args, **kwargs: _P.kwargs) -> _R:
             with _tracer.start_as_current_span(
                 f"kgm.memory.{operation.value}", attributes={"kgm.operation": operation.value},
                 record_exception=False, set_status_on_exception=False,

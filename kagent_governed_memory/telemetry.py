@@ -30,7 +30,7 @@ import os
 import re
 import threading
 from collections.abc import Iterable, Sequence
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from .errors import GovernanceError, InvalidInput, ReasonCode
 
@@ -159,7 +159,7 @@ class ContentFreeLogging(logging.Filter):
 
         make_record.__kgm_sanitizer__ = self  # type: ignore[attr-defined]
         self._original_make_record = original
-        logging.Logger.makeRecord = make_record  # type: ignore[method-assign]
+        logging.Logger.makeRecord = make_record  # type: ignore[method-assign, assignment]
         for handler in logging.getLogger().handlers:
             handler.addFilter(self)
             self._handlers.append(handler)
@@ -234,14 +234,20 @@ def allowed_attributes(attributes: Any) -> dict[str, Any]:
 _allowed = allowed_attributes
 
 
-class ContentFreeSpanProcessor:
+if TYPE_CHECKING:  # typed as the SDK's span processor; at run time duck-typed (no SDK import)
+    from opentelemetry.sdk.trace import SpanProcessor as _SpanProcessor
+else:
+    _SpanProcessor = object
+
+
+class ContentFreeSpanProcessor(_SpanProcessor):
     """Wraps the exporting span processor: memory-related spans are passed on as sanitized
     copies.  Use it in place of the processor it wraps::
 
         provider.add_span_processor(ContentFreeSpanProcessor(BatchSpanProcessor(exporter)))
     """
 
-    def __init__(self, wrapped: Any) -> None:
+    def __init__(self, wrapped: _SpanProcessor) -> None:
         self._wrapped = wrapped
 
     def on_start(self, span: Any, parent_context: Any = None) -> None:
@@ -287,7 +293,7 @@ class ContentFreeSpanProcessor:
         self._wrapped.shutdown()
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
-        return self._wrapped.force_flush(timeout_millis)
+        return bool(self._wrapped.force_flush(timeout_millis))
 
 
 SpanContentMode = Literal["warn", "refuse", "ignore"]
