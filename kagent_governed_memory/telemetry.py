@@ -319,5 +319,11 @@ def check_adk_span_content(mode: SpanContentMode = "warn") -> bool:
         raise GovernanceError(ReasonCode.SPAN_CONTENT_CAPTURE)
     if mode == "warn":
         logging.getLogger(f"{OWN_PREFIX}.telemetry").warning(
-            "adk span content capture is on reason=%s", ReasonCode.SPAN_CONTENT_CAPTURE.value)
+            "adk span content capture is on reason=%s: google-adk writes tool results "
+            "(recalled memory) into spans and GenAI log events; they leave the process "
+            "content-free only through exporters wrapped in ContentFreeSpanProcessor and "
+            "ContentFreeLogRecordProcessor. To stop the capture, set "
+            "ADK_CAPTURE_MESSAGE_CONTENT_IN_SPANS=false and leave "
+            "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT unset",
+            ReasonCode.SPAN_CONTENT_CAPTURE.value)
     return False
