@@ -1,7 +1,7 @@
 """The Python patch series (patches/kagent-v0.9.11/01xx-*.patch) against the real kagent-adk 0.9.11.
 
 The test tooling builds (once, cached) a separate virtualenv with ``kagent-adk==0.9.11``
-installed under upstream's own lock (``../shared/kagent-v0.9.11/constraints.txt``), copies the
+installed under upstream's own lock (``patches/kagent-v0.9.11/constraints.txt``), copies the
 installed ``kagent/adk`` package twice, applies the series to one copy with ``git apply -p5``
 (the wheel's files are byte-identical to the tag), and runs ``kagent_runtime/driver.py`` in
 that venv against each copy, concurrently: kagent's own ``KAgentApp`` A2A server, executor,
