@@ -16,9 +16,9 @@ from kagent_governed_memory import (
     DevDatabase,
     EmbeddedUnavailable,
     GovernedMemoryStore,
+    _embedded,
     dev_database,
 )
-from kagent_governed_memory import _embedded
 
 PURPOSE = "personal_preferences"
 
