@@ -43,9 +43,11 @@ exit codes:
 def add_key_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     def command(parent: argparse._SubParsersAction, name: str, summary: str,  # type: ignore[type-arg]
                 details: str = "") -> argparse.ArgumentParser:
-        return parent.add_parser(name, help=summary, epilog=_EXIT_CODES,
-                                 description=f"{summary}.\n\n{details}".rstrip(),
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+        parser: argparse.ArgumentParser = parent.add_parser(
+            name, help=summary, epilog=_EXIT_CODES,
+            description=f"{summary}.\n\n{details}".rstrip(),
+            formatter_class=argparse.RawDescriptionHelpFormatter)
+        return parser
 
     keys = command(sub, "keys", "the bridge's signing key and the verifiers' public keys",
                    __doc__.split("\n\n", 1)[1])

@@ -157,7 +157,7 @@ class EmbeddedPostgres:
         self.owner_dsn = ""  # the schema owner: migrations only
         self.admin_dsn = ""  # the superuser, same database
 
-    def start(self) -> EmbeddedPostgres:
+    def start(self) -> Self:
         self._root = Path(tempfile.mkdtemp(prefix="kgm-pg-"))
         sock = self._root / "sock"
         sock.mkdir()

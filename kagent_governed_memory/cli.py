@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
         args.local_server_given = given is not None
         args.local_server = given or DEFAULT_LOCAL_SERVER
     try:
-        return asyncio.run(args.handler(args))
+        return int(asyncio.run(args.handler(args)))
     except CliError as exc:
         return fail(args, exc.code, exc.error, exc.message)
     except EmbeddedUnavailable as exc:
@@ -80,10 +80,11 @@ def main(argv: list[str] | None = None) -> int:
 
 def _command(sub: argparse._SubParsersAction, name: str, summary: str, details: str,  # type: ignore[type-arg]
              parents: list[argparse.ArgumentParser]) -> argparse.ArgumentParser:
-    return sub.add_parser(name, parents=parents, help=summary,
-                          description=f"{summary}.\n\n{textwrap.fill(details, 78)}".rstrip(),
-                          epilog=EXIT_CODES_HELP,
-                          formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser: argparse.ArgumentParser = sub.add_parser(
+        name, parents=parents, help=summary, epilog=EXIT_CODES_HELP,
+        description=f"{summary}.\n\n{textwrap.fill(details, 78)}".rstrip(),
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    return parser
 
 
 def _parser() -> argparse.ArgumentParser:
