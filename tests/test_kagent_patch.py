@@ -1,7 +1,7 @@
 """The Python patch series (patches/kagent-v0.9.11/01xx-*.patch) against the real kagent-adk 0.9.11.
 
 The test tooling builds (once, cached) a separate virtualenv with ``kagent-adk==0.9.11``
-installed under upstream's own lock (``../shared/kagent-v0.9.11/constraints.txt``), copies the
+installed under upstream's own lock (``patches/kagent-v0.9.11/constraints.txt``), copies the
 installed ``kagent/adk`` package twice, applies the series to one copy with ``git apply -p5``
 (the wheel's files are byte-identical to the tag), and runs ``kagent_runtime/driver.py`` in
 that venv against each copy, concurrently: kagent's own ``KAgentApp`` A2A server, executor,
@@ -26,6 +26,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from kagent_runtime.patched_copy import apply_series, copy_package, python_patches, site_packages
 from kagent_runtime.runtime_venv import (
     RuntimeUnavailable,
     default_constraints,
@@ -51,76 +52,6 @@ THIRD_PARTY_DEBUG_DUMPS = {"openai._base_client:DEBUG"}
 DRIVER_TIMEOUT = 600
 
 
-def _site_packages(python: Path) -> Path:
-    out = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                         capture_output=True, text=True, check=True)
-    return Path(out.stdout.strip())
-
-
-def _python_patches() -> list[Path]:
-    patches = sorted(PATCHES.glob("01[0-9][0-9]-*.patch"))
-    assert patches, f"no Python runtime patches (01xx-*.patch) in {PATCHES}"
-    return patches
-
-
-def _copy_package(kagent_dir: Path, target: Path) -> Path:
-    dest = target / "kagent" / "adk"
-    shutil.copytree(kagent_dir / "adk", dest, ignore=shutil.ignore_patterns("__pycache__"))
-    return target
-
-
-SRC = "diff --git a/python/packages/kagent-adk/src/kagent/adk/"
-NEW_TESTS = "diff --git a/python/packages/kagent-adk/tests/unittests/test_memory_"
-
-
-def _sections(patch: Path, prefix: str) -> str:
-    """Only the file sections of ``patch`` whose ``diff --git`` header starts with ``prefix``
-    (``git apply -pN`` refuses a patch with any path shorter than N components, e.g.
-    ``python/uv.lock``, even when ``--include`` would skip it)."""
-    text = patch.read_text()
-    parts = text.split("\ndiff --git ")
-    kept = ["diff --git " + p for p in parts[1:] if ("diff --git " + p).startswith(prefix)]
-    return "\n".join(k.rstrip("\n") for k in kept) + "\n"
-
-
-def _git_apply(patch: Path, root: Path, strip: int, include: str, expected: int,
-               prefix: str) -> None:
-    """``--include`` silently skips what it does not match: count what it would apply first."""
-    env = {**os.environ, "GIT_CEILING_DIRECTORIES": str(root.parent)}
-    base = ["git", "apply", f"-p{strip}", f"--include={include}"]
-    body = _sections(patch, prefix)
-    stat = subprocess.run([*base, "--numstat", "-"], cwd=root, env=env, input=body,
-                          capture_output=True, text=True, check=False)
-    assert len(stat.stdout.splitlines()) == expected, (patch.name, stat.stdout, stat.stderr)
-    done = subprocess.run([*base, "-"], cwd=root, env=env, input=body, capture_output=True,
-                          text=True, check=False)
-    assert done.returncode == 0, (
-        f"{patch.name} does not apply to the installed kagent-adk 0.9.11:\n{done.stderr}")
-
-
-def _apply(patches: list[Path], package_root: Path, tests_root: Path) -> None:
-    """Source hunks → the package copy (``-p5``: ``python/packages/kagent-adk/src/kagent/adk/x``
-    → ``kagent/adk/x``); the unit-test files the series adds → ``tests_root`` (``-p4``).  The
-    one existing upstream test file the series extends (``test_embedding.py``) is not in the
-    wheel, so it is left out here, as are ``pyproject.toml``/``uv.lock`` (the venv is built from
-    upstream's lock, which already installs ``pyjwt[crypto]`` through agentsts-core)."""
-    tests_root.mkdir(parents=True, exist_ok=True)
-    for patch in patches:
-        headers = [line for line in patch.read_text().splitlines() if line.startswith("diff --git ")]
-        src = [h for h in headers if h.startswith(SRC)]
-        new_tests = [h for h in headers if h.startswith(NEW_TESTS)]
-        others = [h for h in headers if h not in src and h not in new_tests]
-        assert src, f"{patch.name} changes no kagent-adk source"
-        # packaging (the wheel's installed dependencies already satisfy it) and other tests
-        packaging = ("python/packages/kagent-adk/pyproject.toml", "python/uv.lock")
-        assert all("/kagent-adk/tests/" in h or h.endswith(packaging) for h in others), (
-            patch.name, others)
-        _git_apply(patch, package_root, 5, "kagent/adk/*", len(src), SRC)
-        if new_tests:
-            _git_apply(patch, tests_root, 4, "tests/unittests/test_memory_*", len(new_tests),
-                       NEW_TESTS)
-
-
 @pytest.fixture(scope="module")
 def kagent_runtime(tmp_path_factory) -> dict[str, Path]:
     if shutil.which("git") is None:
@@ -131,11 +62,11 @@ def kagent_runtime(tmp_path_factory) -> dict[str, Path]:
     except RuntimeUnavailable as exc:
         pytest.fail(str(exc), pytrace=False)
     python = python_of(venv)
-    kagent_dir = _site_packages(python) / "kagent"
+    kagent_dir = site_packages(python) / "kagent"
     root = tmp_path_factory.mktemp("kagent-adk")
-    unpatched = _copy_package(kagent_dir, root / "unpatched")
-    patched = _copy_package(kagent_dir, root / "patched")
-    _apply(_python_patches(), patched, root / "upstream-tests")
+    unpatched = copy_package(kagent_dir, root / "unpatched")
+    patched = copy_package(kagent_dir, root / "patched")
+    apply_series(python_patches(), patched, root / "upstream-tests")
     print(f"kagent venv {venv} ({'built' if built else 'cached'}, "
           f"{time.monotonic() - started:.1f}s)")
     return {"python": python, "patched": patched, "unpatched": unpatched, "logs": root,
@@ -158,13 +89,15 @@ def runtime_database(postgresql_proc):
 
 @pytest.fixture(scope="module")
 def reports(kagent_runtime, runtime_database) -> dict[str, dict]:
-    """Run the driver against the patched and the unpatched copy, concurrently."""
+    """Run the driver against the patched copy (a governed agent), the unpatched copy, and the
+patched copy with a legacy agent (memory without a mode), concurrently."""
     runs = {}
-    for which in ("patched", "unpatched"):
+    for which in ("patched", "unpatched", "legacy"):
         env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
         log = kagent_runtime["logs"] / f"{which}.log"
+        package = kagent_runtime["unpatched" if which == "unpatched" else "patched"]
         env.update({
-            "PYTHONPATH": os.pathsep.join([str(kagent_runtime[which]), str(REPO), str(HERE)]),
+            "PYTHONPATH": os.pathsep.join([str(package), str(REPO), str(HERE)]),
             "PYTHONDONTWRITEBYTECODE": "1",
             "KGM_TEST_DSN": runtime_database["dsn"],
             "KGM_TEST_ADMIN_DSN": runtime_database["admin_dsn"],
@@ -209,6 +142,7 @@ def reports(kagent_runtime, runtime_database) -> dict[str, dict]:
                          "files": sorted(p.name for p in kagent_runtime["tests"].glob("test_*.py"))}
     assert out["patched"]["memory_service_file"].startswith(str(kagent_runtime["patched"]))
     assert out["unpatched"]["memory_service_file"].startswith(str(kagent_runtime["unpatched"]))
+    assert out["legacy"]["memory_service_file"].startswith(str(kagent_runtime["patched"]))
     return out
 
 
@@ -417,10 +351,39 @@ def test_unpatched_runtime_fails_the_gates(reports):
 
 
 def test_series_unit_tests_pass_against_the_installed_runtime(reports):
-    """The unit tests the series adds upstream (tests/unittests/test_memory_*.py), run with
+    """The unit tests the series adds upstream (new files in tests/unittests/), run with
     the kagent venv's pytest against the patched copy."""
     unit = reports["unit_tests"]
-    assert unit["files"] == ["test_memory_autosave.py", "test_memory_scope.py",
-                             "test_memory_service.py", "test_memory_tools.py"]
+    assert unit["files"] == ["test_embedding_logs.py", "test_governed_memory_autosave.py",
+                             "test_governed_memory_service.py", "test_governed_memory_tools.py",
+                             "test_memory_scope.py"]
     assert unit["returncode"] == 0, unit["output"][-6000:]
     assert " passed" in unit["output"] and "failed" not in unit["output"]
+
+
+def test_patched_runtime_authenticates_as_its_agent(patched):
+    """Every governed call carries the pod's kagent token and X-Agent-Name (kagent's
+    KAgentTokenService): without them the controller answers 401 ``unauthenticated``; with
+    them, a scope of another agent is refused 403 ``agent_mismatch``; the runtime's own calls
+    (all the scenarios above) were never refused for authentication."""
+    auth = patched["auth"]
+    assert auth["no_token"] == {"status": 401, "body": {"error": "unauthenticated"}}
+    assert auth["other_agent"] == {"status": 403, "body": {"error": "agent_mismatch"}}
+    if patched["refused_auth"] is not None:  # the stand-in counts what it refused
+        assert patched["refused_auth"] == {"unauthenticated": 1, "agent_mismatch": 1}
+
+
+def test_legacy_agent_on_the_patched_runtime_behaves_like_upstream(reports):
+    """A legacy Agent (config.json memory without ``mode``) on the patched runtime: kagent's
+    own KagentMemoryService, upstream's tool texts, upstream's /api/memories calls -- the same
+    replies and the same controller calls as the unpatched 0.9.11 runtime, no governed call."""
+    legacy, upstream = reports["legacy"], reports["unpatched"]
+    assert legacy["legacy"]["service"] == "KagentMemoryService"
+    assert legacy["legacy"]["service_module"] == "kagent.adk._memory_service"
+    assert legacy["legacy"]["saved"] == "tool said {\"result\": \"Successfully saved information to long-term memory.\"}"
+    assert legacy["legacy"] == upstream["legacy"]
+    assert legacy["legacy"]["governed_calls"] == 0
+    assert legacy["legacy"]["loaded_has_fact"] is True
+    assert legacy["before_consent"]["replies"] == upstream["before_consent"]["replies"]
+    for field in ("controller_calls", "summariser_calls", "legacy_items", "raw_transcript_stored"):
+        assert legacy["before_consent"][field] == upstream["before_consent"][field], field

@@ -5,7 +5,14 @@ by calling the library's ``GovernedMemoryStore`` (the same SQL the Go patch ship
 ephemeral PostgreSQL.  The legacy ``/api/memories*`` routes keep what the *unpatched* runtime
 sends in memory, so a test can see what upstream would have stored.
 
-Every governed call must carry a verifying ``x-kagent-memory-scope`` assertion (the bridge's
+Every governed call must first carry the calling agent pod's credentials, as the patched
+runtime sends them through kagent's ``KAgentTokenService`` (``Authorization: Bearer <projected
+ServiceAccount token>`` and ``X-Agent-Name``): a fake token -> ServiceAccount map stands in for
+the Kubernetes TokenReview.  Missing or unknown token: 401 ``unauthenticated``; a body scope
+of another agent than the authenticated one: 403 ``agent_mismatch``.  Errors are kagent's
+``{"error": "<reason_code>"}``; the scope's principal is ``{"issuer", "subject"}``.
+
+Every governed call must also carry a verifying ``x-kagent-memory-scope`` assertion (the bridge's
 public keys only) whose key is the body's ``scope``; calls that do not are counted and refused.
 The request's first call (``generation``) redeems the assertion's ``jti`` in the database, so a
 token replayed to a second request gets no memory -- as the Go controller does with the same
@@ -60,14 +67,37 @@ def _status(reason: ReasonCode) -> int:
 
 def _refuse(reason: ReasonCode | str, status: int | None = None) -> JSONResponse:
     code = ReasonCode(reason)
-    return JSONResponse({"reason": code.value}, status_code=status or _status(code))
+    return JSONResponse({"error": code.value}, status_code=status or _status(code))
+
+
+# The fake TokenReview: projected ServiceAccount token -> "namespace/serviceaccount", and the
+# Agent each ServiceAccount runs (kagent names an Agent's ServiceAccount after the Agent).
+AGENT_TOKENS = {"kagent-token-my-agent": "kagent/my-agent",
+                "kagent-token-other-agent": "kagent/other-agent"}
+
+
+def app_name(namespace: str, name: str) -> str:
+    """kagent's X-Agent-Name (the agent's app_name) for an Agent."""
+    return f"{namespace.replace('-', '_')}__NS__{name.replace('-', '_')}"
+
+
+def _principal(wire: Any) -> Principal:
+    """The wire's ``{"issuer": "matrix", "subject": <MXID>}`` as the library's principal.  The
+    Matrix issuer's origin rule (native local accounts only) was applied from the assertion's
+    ``org`` claim before the request got here."""
+    if not isinstance(wire, dict) or set(wire) != {"issuer", "subject"} or wire["issuer"] != "matrix":
+        raise GovernanceError(ReasonCode.INVALID_IDENTITY)
+    fields = getattr(Principal, "model_fields", {})
+    if "subject" in fields:  # the library names principals by issuer + subject
+        return Principal(issuer=wire["issuer"], subject=wire["subject"])
+    return Principal(mxid=wire["subject"], origin="native_local")
 
 
 def _key(scope: Any) -> ScopeKey:
-    if not isinstance(scope, dict):
+    if not isinstance(scope, dict) or "origin" in scope:
         raise GovernanceError(ReasonCode.INVALID_IDENTITY)
     return ScopeKey(
-        principal=Principal(mxid=scope.get("principal"), origin=scope.get("origin")),
+        principal=_principal(scope.get("principal")),
         agent=AgentIdentity(namespace=scope.get("agent_namespace"), name=scope.get("agent_name")),
         scope=MemoryScope(kind=scope.get("kind"), room_id=scope.get("room_id")),
     )
@@ -81,6 +111,7 @@ class TestController:
         self.public_keys, self.issuer = public_keys, issuer
         self.calls: collections.Counter[str] = collections.Counter()
         self.unverified_calls = 0
+        self.refused_auth: collections.Counter[str] = collections.Counter()
         self.legacy_items: list[dict[str, Any]] = []
         routes = [
             Route(f"{GOVERNED}/{name}", getattr(self, f"_{name}"), methods=["POST"])
@@ -115,8 +146,31 @@ class TestController:
             assertion = None
         return key, body, assertion
 
+    def _authenticated_agent(self, request: Request) -> str | None:
+        """The agent the pod's token and X-Agent-Name authenticate, as "namespace/name"."""
+        auth = request.headers.get("authorization", "")
+        token = auth.removeprefix("Bearer ") if auth.startswith("Bearer ") else ""
+        agent = AGENT_TOKENS.get(token)
+        if agent is None:
+            return None
+        namespace, _, name = agent.partition("/")
+        return agent if request.headers.get("x-agent-name") == app_name(namespace, name) else None
+
     async def _run(self, request: Request, name: str, work, *, bridge: bool = False
                    ) -> JSONResponse:
+        if not bridge:
+            agent = self._authenticated_agent(request)
+            if agent is None:
+                self.refused_auth["unauthenticated"] += 1
+                return JSONResponse({"error": "unauthenticated"}, status_code=401)
+            try:
+                scope = (await request.json()).get("scope") or {}
+            except ValueError:
+                scope = {}
+            if not isinstance(scope, dict) or \
+                    f"{scope.get('agent_namespace')}/{scope.get('agent_name')}" != agent:
+                self.refused_auth["agent_mismatch"] += 1
+                return JSONResponse({"error": "agent_mismatch"}, status_code=403)
         try:
             key, body, assertion = await self._scoped(request, name)
             if assertion is None and not bridge:

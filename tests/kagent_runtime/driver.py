@@ -40,6 +40,8 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+# patched: the patched package, memory.mode governed; legacy: the patched package, memory
+# without a mode (legacy); unpatched: kagent-adk 0.9.11 as released.
 RUNTIME = sys.argv[1] if len(sys.argv) > 1 else "patched"
 LOCAL = "example.org"
 ISSUER = "https://bridge.example.org"
@@ -49,6 +51,8 @@ APP_NAME = "kagent__NS__my_agent"
 os.environ.update({
     "LOG_LEVEL": "DEBUG",
     "KAGENT_URL": "http://kagent-controller.test",
+    # the governed listener (the controller sets it for governed agents only)
+    "KAGENT_MEMORY_URL": "http://kagent-controller.test:8085",
     "KAGENT_NAMESPACE": NAMESPACE,
     "KAGENT_NAME": AGENT,
     "KAGENT_MEMORY_SCOPE_ISSUER": ISSUER,
@@ -129,7 +133,11 @@ CONTROLLER_URL = os.environ.get("KGM_TEST_CONTROLLER_URL") or None
 PUBLIC_KEYS = {key_id(BRIDGE_KEY): BRIDGE_KEY.public_key()}
 os.environ["KAGENT_MEMORY_SCOPE_PUBLIC_KEYS"] = public_key_pem(BRIDGE_KEY).decode("ascii")
 
-PATCHED = RUNTIME == "patched"
+PATCHED = RUNTIME == "patched"  # governed memory
+# The pod's projected ServiceAccount token (audience "kagent"), which kagent's
+# KAgentTokenService reads from /var/run/secrets/tokens/kagent-token; the stand-in controller's
+# fake TokenReview knows it as kagent/my-agent.
+POD_TOKEN = "kagent-token-my-agent"
 SUMMARY_MARKER = "Summary (JSON List):"
 SENTINELS = {name: f"{name.upper()}-{secrets.token_hex(8)}" for name in
              ("query", "summary", "model_error", "embedding_error")}
@@ -316,12 +324,23 @@ class Harness:
                 return real_httpx.AsyncClient(transport=real_httpx.ASGITransport(app=controller_app),
                                               **kwargs)
 
-        real_service = kagent_a2a.KagentMemoryService
+        def recording(real_service):
+            def memory_service(**kwargs):
+                service = real_service(**kwargs)
+                harness.services.append(service)
+                return service
+            return memory_service
 
-        def memory_service(**kwargs):
-            service = real_service(**kwargs)
-            harness.services.append(service)
-            return service
+        kagent_a2a.KagentMemoryService = recording(kagent_a2a.KagentMemoryService)
+        if hasattr(kagent_a2a, "GovernedMemoryService"):
+            kagent_a2a.GovernedMemoryService = recording(kagent_a2a.GovernedMemoryService)
+        import tempfile
+
+        import kagent.adk._token as kagent_token
+        token_file = os.path.join(tempfile.mkdtemp(prefix="kgm-token-"), "kagent-token")
+        with open(token_file, "w") as f:
+            f.write(POD_TOKEN + "\n")
+        kagent_token.KAGENT_TOKEN_PATH = token_file
 
         def session_service(_client):
             service = InMemorySessionService()
@@ -329,7 +348,11 @@ class Harness:
             return service
 
         kagent_a2a.httpx = _HttpxShim()
-        kagent_a2a.KagentMemoryService = memory_service
+        try:  # the governed memory service's own client (KAGENT_MEMORY_URL)
+            import kagent.adk._governed_memory_service as governed_module
+            governed_module.httpx = _HttpxShim()
+        except ImportError:  # the unpatched runtime
+            pass
         kagent_a2a.KAgentSessionService = session_service
         kagent_a2a.KAgentTaskStore = lambda _client: InMemoryTaskStore()
 
@@ -337,7 +360,8 @@ class Harness:
             "model": {"type": "openai", "model": "gpt-4o-mini"},
             "description": "test agent",
             "instruction": "You are a test agent.",
-            "memory": {"embedding": {"provider": "openai", "model": "text-embedding-3-small",
+            "memory": {**({"mode": "governed"} if PATCHED else {}),
+                       "embedding": {"provider": "openai", "model": "text-embedding-3-small",
                                      "base_url": embedding_url}},
         })
 
@@ -353,6 +377,9 @@ class Harness:
                         agent_config=config).build()
         self.client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
                                         base_url="http://agent.test", timeout=60)
+        # kagent's lifespan (as uvicorn runs it): the token service reads the pod token
+        self.lifespan = app.router.lifespan_context(app)
+        await self.lifespan.__aenter__()
         self.baseline = set(asyncio.all_tasks())
 
     @property
@@ -437,10 +464,20 @@ async def common_before_consent(h: Harness, key: ScopeKey, marker: str) -> dict[
 
 
 async def run_unpatched(h: Harness) -> dict[str, Any]:
+    """Upstream's memory (the unpatched runtime, or the patched one in legacy mode)."""
     marker = f"PRECONSENT-{secrets.token_hex(4)}"
     before = await common_before_consent(h, make_key(), marker)
     h.model.summaries.clear()
-    return {"before_consent": before, "leaks": leaks({})}
+    before["replies"] = [r.replace(marker, "<marker>") for r in before["replies"]]
+    saved = await h.turn("legacy", "SAVE I like green tea")
+    loaded = await h.turn("legacy", "LOAD green tea")
+    return {"before_consent": before, "leaks": leaks({}),
+            "legacy": {"saved": saved, "loaded_has_fact": "I like green tea" in loaded,
+                       "service": type(h.service).__name__,
+                       "service_module": type(h.service).__module__,
+                       "controller_calls": dict(h.controller.calls),
+                       "governed_calls": sum(v for k, v in h.controller.calls.items()
+                                             if not k.startswith("legacy"))}}
 
 
 async def run_patched(h: Harness, store: GovernedMemoryStore, admin_dsn: str) -> dict[str, Any]:
@@ -614,7 +651,28 @@ async def run_patched(h: Harness, store: GovernedMemoryStore, admin_dsn: str) ->
                         ["%chamomile%"]),
     }
 
-    # 7. Where the assertion went: only to the controller, never into state or logs.
+    # 7. The controller authenticates the pod: no token -> 401; another agent's scope -> 403.
+    other_scope = {"principal": {"issuer": "matrix", "subject": "@alice:example.org"},
+                   "agent_namespace": NAMESPACE, "agent_name": "other-agent",
+                   "kind": "control_room", "room_id": "!control-a:example.org"}
+    own_scope = {**other_scope, "agent_name": AGENT}
+    bare = kagent_a2a.httpx.AsyncClient(base_url=os.environ["KAGENT_MEMORY_URL"])
+    auth: dict[str, Any] = {}
+    try:
+        for name, client, scope in (("no_token", bare, own_scope),
+                                    ("other_agent", h.service.client, other_scope)):
+            response = await client.post("/api/memories/governed/generation",
+                                         json={"scope": scope},
+                                         headers={"x-kagent-memory-scope": token_for(
+                                             key, context=f"auth-{name}")})
+            auth[name] = {"status": response.status_code, "body": response.json()}
+    finally:
+        await bare.aclose()
+    report["auth"] = auth
+    refused = getattr(h.controller, "refused_auth", None)  # the stand-in's own count
+    report["refused_auth"] = dict(refused) if refused is not None else None
+
+    # 8. Where the assertion went: only to the controller, never into state or logs.
     stored_headers = [json.dumps(s.state.get("headers") or {})
                       for svc in h.session_services
                       for sessions in svc.sessions.values()
@@ -674,6 +732,8 @@ async def main() -> dict[str, Any]:
         else:
             report = await run_unpatched(harness)
     finally:
+        if hasattr(harness, "lifespan"):
+            await harness.lifespan.__aexit__(None, None, None)
         await harness.client.aclose() if hasattr(harness, "client") else None
         await embedder.stop()
         if store is not None:

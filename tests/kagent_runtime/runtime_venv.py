@@ -44,7 +44,8 @@ class RuntimeUnavailable(RuntimeError):
 
 def default_constraints(repo_root: Path) -> Path:
     """The repository's copy of upstream's v0.9.11 lock (``patches/kagent-v0.9.11/
-    constraints.txt``, the team's ``shared/kagent-v0.9.11/constraints.txt``), unless overridden."""
+    constraints.txt``, exported from kagent's ``python/uv.lock`` at the tag), unless
+    overridden by ``KGM_KAGENT_CONSTRAINTS``."""
     override = os.environ.get("KGM_KAGENT_CONSTRAINTS")
     if override:
         return Path(override)
