@@ -213,7 +213,8 @@ _ALLOWED_ATTRIBUTES = frozenset({
     "gen_ai.tool.call.id", "gen_ai.usage.input_tokens", "gen_ai.usage.output_tokens",
     "gen_ai.response.finish_reasons", "gen_ai.conversation.id", "gcp.vertex.agent.event_id",
     "gcp.vertex.agent.invocation_id", "gcp.vertex.agent.session_id", "error.type",
-    "kgm.operation", "kgm.outcome", "kgm.count", "db.system", "db.operation",
+    "kgm.memory.operation", "kgm.memory.outcome", "kgm.memory.count", "db.system",
+    "db.operation",
     "db.system.name", "db.operation.name",
 })
 
