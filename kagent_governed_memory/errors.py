@@ -196,6 +196,15 @@ _FIELD_HINT: dict[str, str] = {
     "context_id": "the request's A2A context id (in kagent, the ADK session id) is required",
     "local_server": "local_server is the local Matrix homeserver's name, e.g. example.org",
     "dsn": "dsn is a PostgreSQL connection string (libpq keywords or a postgresql:// URL)",
+    "memory_service_uri": "a governed memory service URI is kgm+postgresql://<application "
+    "login>@<host>/<db>?local_server=...&agent=<namespace>/<name>&embedding_url=...&"
+    "embedding_model=... (see kagent_governed_memory.adk.uri)",
+    "uri_agent": "the URI needs agent=<namespace>/<name>, the exact kagent agent it serves",
+    "uri_local_server": "the URI needs local_server=<your Matrix homeserver name>",
+    "embedding_url": "the URI needs embedding_url and embedding_model (an OpenAI-compatible "
+    "endpoint), or embedder=hashing for an offline trial",
+    "dimension": "dimension is the embedding model's vector length, 1-16000 (default 768)",
+    "span_content": "span_content is refuse (default), warn or ignore",
 }
 
 

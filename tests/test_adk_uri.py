@@ -1,0 +1,99 @@
+"""google-adk's memory-service URI mechanism: ``--memory_service_uri=kgm+postgresql://…``.
+
+The service is built the way ``adk web``/``adk api_server`` build one (the registry, or a
+``services.yaml`` beside the agent), before any event loop; its store opens on first use in the
+loop that uses it; bad URIs are refused with a hint and without echoing the URI.
+"""
+
+from __future__ import annotations
+
+import pytest
+from conftest import make_key
+from google.adk.cli import service_registry
+from google.adk.cli.service_registry import ServiceRegistry
+
+from kagent_governed_memory import GovernanceError, InvalidInput, ReasonCode
+from kagent_governed_memory.adk.uri import SCHEME, UriGovernedMemoryService, register
+
+
+def _uri(dsn: str, **params: str) -> str:
+    """The test database's login as a kgm+postgresql URI: libpq keywords (host may be a socket
+    directory) ride in the query, beside the service's own parameters."""
+    from urllib.parse import urlencode
+
+    from psycopg.conninfo import conninfo_to_dict
+
+    d = {k: str(v) for k, v in conninfo_to_dict(dsn).items()}
+    dbname = d.pop("dbname")
+    query = {**d, "local_server": "example.org", "agent": "kagent/my-agent",
+             "embedder": "hashing", "span_content": "ignore", **params}
+    return f"{SCHEME}:///{dbname}?{urlencode(query)}"
+
+
+async def test_registered_scheme_builds_a_lazily_opened_service(store, database):
+    key = make_key()
+    granted = await store.grant(key, purpose="personal_preferences")
+    registry = ServiceRegistry()
+    register(registry)
+    service = registry.create_memory_service(_uri(database.dsn, sslmode="disable"))
+    assert isinstance(service, UriGovernedMemoryService)
+    assert (service.agent.namespace, service.agent.name) == ("kagent", "my-agent")
+    assert service.embedder.dimension == service.store.policy.embedding_dimension == 768
+    assert service.store._pool is None  # nothing opened before the server's loop runs
+    try:
+        assert await service.store.generation(key) == granted.generation  # opens here
+        assert service.store._pool is not None
+    finally:
+        await service.aclose()
+        await service.store.close()
+
+
+async def test_services_yaml_beside_the_agent(tmp_path, database, monkeypatch):
+    (tmp_path / "services.yaml").write_text(
+        "services:\n"
+        f"  - scheme: {SCHEME}\n"
+        "    type: memory\n"
+        "    class: kagent_governed_memory.adk.uri.UriGovernedMemoryService\n")
+    monkeypatch.setattr(service_registry, "_service_registry_instance", None)
+    service_registry.load_services_module(str(tmp_path))
+    service = service_registry.get_service_registry().create_memory_service(
+        _uri(database.dsn, embedder="hashing", dimension="1024"))
+    assert isinstance(service, UriGovernedMemoryService)
+    assert service.store.policy.embedding_dimension == 1024
+    assert service.store._pool is None
+
+
+async def test_a_privileged_login_is_refused_on_first_use(store, database):
+    service = UriGovernedMemoryService(_uri(database.owner_dsn))  # `store` migrated it
+    try:
+        with pytest.raises(GovernanceError) as err:
+            await service.store.generation(make_key())
+        assert err.value.reason is ReasonCode.PRIVILEGED_ROLE
+        assert service.store._pool is None  # refused, nothing left open
+    finally:
+        await service.store.close()
+
+
+@pytest.mark.parametrize("change, field", [
+    ({"agent": "my-agent"}, "uri_agent"),
+    ({"local_server": ""}, "uri_local_server"),
+    ({"embedder": "", "embedding_model": "bge-m3"}, "embedding_url"),
+    ({"dimension": "many"}, "dimension"),
+    ({"dimension": "0"}, "dimension"),
+    ({"span_content": "sometimes"}, "span_content"),
+])
+def test_bad_uris_are_refused_with_a_hint_and_no_echo(change, field):
+    secret = "s3ntinel-password"
+    uri = _uri(f"host=db port=5432 user=app password={secret} dbname=memory", **change)
+    with pytest.raises(InvalidInput) as err:
+        UriGovernedMemoryService(uri)
+    assert err.value.ids.get("field") == field
+    text = str(err.value) + repr(err.value)
+    assert ":" in str(err.value)  # the reason code, then what to do
+    assert secret not in text and "memory" not in text.split(":", 1)[0]
+
+
+def test_another_scheme_is_refused():
+    with pytest.raises(InvalidInput) as err:
+        UriGovernedMemoryService("postgresql://app@db/memory?local_server=example.org")
+    assert err.value.ids.get("field") == "memory_service_uri"
