@@ -11,7 +11,9 @@ module and build caches make a rebuild fast.
 
 ``$KGM_KAGENT_TREE`` (for iterating on the Go series before its patches are regenerated): a
 kagent work tree whose HEAD is v0.9.11 + the series as commits; its HEAD commit (committed state
-only) is cloned instead of applying the patches, and the cache key is that commit.
+only) is cloned instead of applying the patches, and the cache key is that commit.  Give it the
+autosquashed series (``git rebase -i --autosquash``) when ``test_go_series`` should pass: its
+per-commit ``sqlc``/``clean`` checks hold for each squashed commit, not for a ``fixup!`` alone.
 
 ``serve(dsn, local_server)`` starts it on a loopback port and yields the base URL.  Missing Go or
 missing kagent source raises ``Unavailable`` with the reason, which the tests report loudly.
