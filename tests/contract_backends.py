@@ -5,7 +5,10 @@ implementations, one suite").
   paths through an owner store, as the library requires).
 * ``HttpBackend``: the governed HTTP API (``upstream-pr/governed-memory-api.md``) of a
   controller — the patched kagent Go controller compiled from the series (``go_controller.py``)
-  or any other server of that API.
+  or any other server of that API.  It calls as the deployment does: the bridge routes with the
+  bridge's ServiceAccount token, the agent runtime routes with the scope's agent's token, its
+  ``X-Agent-Name`` and a bridge-signed scope assertion for the key (``x-kagent-memory-scope``);
+  refusals are kagent's ``{"error": "<reason_code>"}``.
 
 Both answer with plain values and raise ``Refused(reason)`` with the contract's reason code, so
 a scenario cannot tell them apart except by what they do.
@@ -13,12 +16,17 @@ a scenario cannot tell them apart except by what they do.
 
 from __future__ import annotations
 
+import secrets
+from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any, Protocol
 
 import httpx
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from kagent_governed_memory import GovernanceError, GovernedMemoryStore, Principal, ScopeKey
+from kagent_governed_memory.assertion import sign_scope_assertion
 
 
 class Refused(Exception):
@@ -98,27 +106,55 @@ class LibraryBackend:
         return [(str(s.outcome), s.deleted) for s in report.scopes]
 
 
-def scope_body(key: ScopeKey) -> dict[str, str]:
-    return {"principal": key.principal.mxid, "origin": key.principal.origin.value,
+def principal_body(principal: Principal) -> dict[str, str]:
+    return {"issuer": principal.issuer, "subject": principal.subject}
+
+
+def scope_body(key: ScopeKey) -> dict[str, Any]:
+    return {"principal": principal_body(key.principal),
             "agent_namespace": key.agent.namespace, "agent_name": key.agent.name,
             "kind": key.scope.kind.value, "room_id": key.scope.room_id or ""}
+
+
+# Who calls which route: the agent runtime or the bridge.
+RUNTIME_ROUTES = frozenset({"generation", "admit", "entries", "search", "forget"})
+BRIDGE_ROUTES = frozenset({"consent", "status", "inspect", "forget-all", "withdraw", "offboard"})
 
 
 class HttpBackend:
     name = "controller"
     BASE = "/api/memories/governed"
 
-    def __init__(self, client: httpx.AsyncClient, *, user: str = "bridge@example.org") -> None:
-        self.client, self.user = client, user
+    def __init__(self, client: httpx.AsyncClient, *, bridge_key: Ed25519PrivateKey, issuer: str,
+                 local_server: str,
+                 agent_headers: Callable[[str, str], dict[str, str]],
+                 bridge_headers: Callable[[], dict[str, str]]) -> None:
+        self.client, self.bridge_key, self.issuer = client, bridge_key, issuer
+        self.local_server = local_server
+        self.agent_headers, self.bridge_headers = agent_headers, bridge_headers
+
+    def assertion(self, key: ScopeKey) -> str:
+        """The bridge's assertion for one request on ``key`` (single use at /generation)."""
+        return sign_scope_assertion(key, private_key=self.bridge_key, issuer=self.issuer,
+                                    audience=[self.local_server],
+                                    context_id=f"ctx-{secrets.token_hex(8)}",
+                                    lifetime=timedelta(seconds=60))
+
+    def headers(self, route: str, key: ScopeKey | None) -> dict[str, str]:
+        if route in RUNTIME_ROUTES:
+            assert key is not None
+            return {**self.agent_headers(key.agent.namespace, key.agent.name),
+                    "x-kagent-memory-scope": self.assertion(key)}
+        return self.bridge_headers()
 
     async def _post(self, route: str, key: ScopeKey | None, **body: Any) -> Any:
         if key is not None:
             body["scope"] = scope_body(key)
         r = await self.client.post(f"{self.BASE}/{route}", json=body,
-                                   headers={"X-User-Id": self.user})
+                                   headers=self.headers(route, key))
         data = r.json() if r.content else None
         if r.status_code >= 400:
-            reason = data.get("reason") if isinstance(data, dict) else None
+            reason = data.get("error") if isinstance(data, dict) else None
             raise Refused(reason or f"http_{r.status_code}")
         return data
 
@@ -155,6 +191,5 @@ class HttpBackend:
         return {k: data.get(k) for k in ("enabled", "generation", "entry_count")}
 
     async def offboard(self, principal: Principal) -> list[tuple[str, int]]:
-        data = await self._post("offboard", None, principal=principal.mxid,
-                                origin=principal.origin.value)
+        data = await self._post("offboard", None, principal=principal_body(principal))
         return [(s["outcome"], int(s.get("deleted") or 0)) for s in data["scopes"]]

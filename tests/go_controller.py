@@ -4,13 +4,25 @@
 default: this workplace's mirror when present) at v0.9.11, applies the Go patches with ``git am``,
 adds the verification overlay ``tests/go_overlay/governed_memory_testserver_test.go`` (never part
 of the series) and compiles ``go test -c`` of ``core/internal/httpserver``: the controller's own
-handlers, database client and middleware.  The binary is cached per hash of (the Go patches,
-the overlay, ``go version``) under ``$KGM_GO_CONTROLLER_CACHE`` (default
-``~/.cache/kagent-governed-memory/go-controller``); Go's own module and build caches make a
-rebuild fast.
+governed memory listener (handlers, authenticator, database client, middleware).  The binary is
+cached per hash of (the Go patches, the overlay, ``go version``) under
+``$KGM_GO_CONTROLLER_CACHE`` (default ``~/.cache/kagent-governed-memory/go-controller``); Go's own
+module and build caches make a rebuild fast.
+
+``$KGM_KAGENT_TREE`` (for iterating on the Go series before its patches are regenerated): a
+kagent work tree whose HEAD is v0.9.11 + the series as commits; its HEAD commit (committed state
+only) is cloned instead of applying the patches, and the cache key is that commit.  Give it the
+autosquashed series (``git rebase -i --autosquash``) when ``test_go_series`` should pass: its
+per-commit ``sqlc``/``clean`` checks hold for each squashed commit, not for a ``fixup!`` alone.
 
 ``serve(dsn, local_server)`` starts it on a loopback port and yields the base URL.  Missing Go or
 missing kagent source raises ``Unavailable`` with the reason, which the tests report loudly.
+
+Callers authenticate as the controller requires (projected ServiceAccount tokens, verified by a
+TokenReview): the overlay's fake TokenReview accepts the fixed test tokens
+``service_account_token(namespace, name)``; ``agent_headers`` and ``bridge_headers`` give the
+headers of an agent runtime (its ServiceAccount's token and kagent's ``X-Agent-Name``) and of the
+bridge (``BRIDGE_SERVICE_ACCOUNT``).  The Agents the server knows are ``AGENTS``.
 """
 
 from __future__ import annotations
@@ -32,6 +44,28 @@ OVERLAY = REPO / "tests" / "go_overlay" / "governed_memory_testserver_test.go"
 DEFAULT_SRC = Path("/work/.mirror/kagent-dev+kagent/repo")
 TAG = "v0.9.11"
 
+# The overlay's fake TokenReview and Kubernetes objects (see governed_memory_testserver_test.go).
+TOKEN_PREFIX = "kgm-test-sa:"
+BRIDGE_SERVICE_ACCOUNT = ("kagent", "matrix-bridge")
+AGENTS = (("kagent", "my-agent"), ("kagent", "agent-a"), ("kagent", "agent-b"),
+          ("kagent", "other-agent"))
+
+
+def service_account_token(namespace: str, name: str) -> str:
+    """The fixed test token that the overlay's TokenReview maps to ServiceAccount ns/name."""
+    return f"{TOKEN_PREFIX}{namespace}:{name}"
+
+
+def agent_headers(namespace: str, name: str) -> dict[str, str]:
+    """An agent runtime's headers: its (per-agent) ServiceAccount token and kagent's app name."""
+    return {"Authorization": f"Bearer {service_account_token(namespace, name)}",
+            "X-Agent-Name": f"{namespace.replace('-', '_')}__NS__{name.replace('-', '_')}"}
+
+
+def bridge_headers() -> dict[str, str]:
+    """The bridge's headers: the token of a --governed-memory-bridge-service-accounts entry."""
+    return {"Authorization": f"Bearer {service_account_token(*BRIDGE_SERVICE_ACCOUNT)}"}
+
 
 class Unavailable(RuntimeError):
     pass
@@ -50,6 +84,19 @@ def go_binary() -> str:
     if go is None:
         raise Unavailable("go not found on PATH")
     return go
+
+
+def kagent_tree() -> tuple[Path, str] | None:
+    """``$KGM_KAGENT_TREE`` and its HEAD commit, or None."""
+    given = os.environ.get("KGM_KAGENT_TREE")
+    if not given:
+        return None
+    tree = Path(given)
+    done = subprocess.run(["git", "-C", str(tree), "rev-parse", "HEAD"], capture_output=True,
+                          text=True, check=False)
+    if done.returncode != 0:
+        raise Unavailable(f"KGM_KAGENT_TREE={given} is not a git work tree")
+    return tree, done.stdout.strip()
 
 
 def go_patches() -> list[Path]:
@@ -74,11 +121,15 @@ def _run(cmd: list[str], cwd: Path, **kw: object) -> None:
 
 def build() -> tuple[Path, Path, bool]:
     """(the kagent tree with the Go series applied, the server binary, built now?)."""
-    go, src = go_binary(), kagent_source()
+    go, override = go_binary(), kagent_tree()
+    src, commit = override if override else (kagent_source(), TAG)
     version = subprocess.run([go, "version"], capture_output=True, text=True,
                              check=True).stdout.strip()
     h = hashlib.sha256(version.encode())
-    for path in [*go_patches(), OVERLAY]:
+    sources = [OVERLAY] if override else [*go_patches(), OVERLAY]
+    if override:
+        h.update(b"tree\0" + commit.encode())
+    for path in sources:
         h.update(path.name.encode() + b"\0" + path.read_bytes())
     root = _cache_root()
     root.mkdir(parents=True, exist_ok=True)
@@ -92,9 +143,10 @@ def build() -> tuple[Path, Path, bool]:
         try:
             tree = work / "kagent"
             _run(["git", "clone", "-q", "--no-checkout", str(src), str(tree)], work)
-            _run(["git", "checkout", "-q", TAG], tree)
-            _run(["git", "-c", "user.name=verify", "-c", "user.email=verify@localhost", "am",
-                  "-q", *map(str, go_patches())], tree)
+            _run(["git", "checkout", "-q", commit], tree)
+            if not override:
+                _run(["git", "-c", "user.name=verify", "-c", "user.email=verify@localhost",
+                      "am", "-q", *map(str, go_patches())], tree)
             shutil.copy(OVERLAY, tree / "go" / "core" / "internal" / "httpserver" / OVERLAY.name)
             _run([go, "test", "-c", "-o", str(work / binary.name), "./core/internal/httpserver/"],
                  tree / "go")
@@ -115,7 +167,9 @@ def serve(dsn: str, *, local_server: str = "example.org", log: Path | None = Non
     with tempfile.TemporaryDirectory() as tmp:
         addr = Path(tmp) / "addr"
         out = open(log or Path(tmp) / "server.log", "w")  # noqa: SIM115
-        env = {**os.environ, **(env or {}), "KGM_TESTSERVER_ADDR_FILE": str(addr),
+        env = {"KGM_TESTSERVER_BRIDGE_SERVICE_ACCOUNTS": "/".join(BRIDGE_SERVICE_ACCOUNT),
+               "KGM_TESTSERVER_AGENTS": ",".join(f"{ns}/{name}" for ns, name in AGENTS),
+               **os.environ, **(env or {}), "KGM_TESTSERVER_ADDR_FILE": str(addr),
                "KGM_TESTSERVER_DSN": dsn, "KGM_TESTSERVER_LOCAL_SERVER": local_server}
         proc = subprocess.Popen([str(binary), "-test.run", "^TestGovernedMemoryTestServer$",
                                  "-test.v"], stdin=subprocess.PIPE, stdout=out,

@@ -4,6 +4,12 @@ own PostgreSQL database, as EXECUTE-only logins: the application's (a member of
 ``kagent_memory_service``), and for offboarding the operator's (also ``kagent_memory_operator``),
 which is also the compiled controller's login.
 
+The controller is called as a deployment calls it (``contract_backends.HttpBackend``): bridge
+routes with the bridge's ServiceAccount token, runtime routes with the agent's token and a
+bridge-signed scope assertion.  The controller-only tests at the end check, through the compiled
+HTTP server, that an unauthenticated caller, another agent and an agent on a bridge route are
+refused with the right status and ``{"error": ...}`` body and change nothing in the database.
+
 Without Go or kagent's source the controller runs are reported as NOT RUN (skipped, with the
 reason in pytest's summary); the library runs always run.  The scenarios use fresh keys, so the
 controller serves one database for the whole module.
@@ -20,8 +26,8 @@ from typing import Any
 import httpx
 import psycopg
 import pytest
-from contract_backends import Backend, HttpBackend, LibraryBackend, Refused
-from go_controller import Unavailable, serve
+from contract_backends import Backend, HttpBackend, LibraryBackend, Refused, scope_body
+from go_controller import Unavailable, agent_headers, bridge_headers, serve
 from psycopg.conninfo import make_conninfo
 
 from kagent_governed_memory import (
@@ -40,8 +46,11 @@ from kagent_governed_memory._embedded import (
     OWNER_ROLE,
     prepare_app_database,
 )
+from kagent_governed_memory.keys import generate_private_key, public_key_pem
 
 LOCAL = "example.org"
+ISSUER = "https://bridge.example.org"
+BRIDGE_KEY = generate_private_key()  # the bridge's; the controller gets the public key only
 PURPOSE = "personal_preferences"
 EMBED = HashingEmbedder()
 BACKENDS = ["library", "controller"]
@@ -104,7 +113,9 @@ def controller_url(backend_db: tuple[str, Db]) -> Iterator[str | None]:
         return
     try:
         # the controller's login: the service role, and the operator role for /offboard
-        with serve(db.operator, local_server=LOCAL) as url:
+        env = {"KAGENT_MEMORY_SCOPE_PUBLIC_KEYS": public_key_pem(BRIDGE_KEY).decode(),
+               "KAGENT_MEMORY_SCOPE_ISSUER": ISSUER}
+        with serve(db.operator, local_server=LOCAL, env=env) as url:
             yield url
     except Unavailable as exc:
         pytest.skip(f"GO VERIFICATION NOT RUN: the compiled controller is unavailable ({exc})")
@@ -125,7 +136,8 @@ async def b(backend_db: tuple[str, Db], controller_url: str | None) -> AsyncIter
     else:
         assert controller_url is not None
         async with httpx.AsyncClient(base_url=controller_url, timeout=30) as client:
-            yield HttpBackend(client)
+            yield HttpBackend(client, bridge_key=BRIDGE_KEY, issuer=ISSUER, local_server=LOCAL,
+                              agent_headers=agent_headers, bridge_headers=bridge_headers)
 
 
 @pytest.fixture
@@ -252,3 +264,114 @@ async def test_offboarding_leaves_nothing_and_blocks(b: Backend, db: Db) -> None
     assert sorted(report) == [("cleared", 1), ("cleared", 1)]
     assert db.scalar("SELECT count(*) FROM memory_scope WHERE principal_subject = %s", [mxid]) == 0
     assert await refused(b.grant(keys[0], PURPOSE)) == "principal_offboarded"
+
+
+# -- the controller is a boundary (compiled HTTP server only) --------------------------------
+
+GOVERNED = "/api/memories/governed"
+_STATE = ("memory_scope", "memory_entry", "memory_audit", "memory_assertion_use",
+          "memory_admission_bucket")
+
+
+def _state(db: Db) -> dict[str, int]:
+    return {table: int(db.scalar(f"SELECT count(*) FROM {table}")) for table in _STATE}
+
+
+@pytest.fixture
+def controller(backend_db: tuple[str, Db], controller_url: str | None) -> Iterator[str]:
+    assert backend_db[0] == "controller" and controller_url is not None
+    yield controller_url
+
+
+# The library has no callers to authenticate: these run on the compiled controller only.
+controller_only = pytest.mark.parametrize("backend_db", ["controller"], indirect=True)
+
+
+async def _seeded(url: str) -> tuple[ScopeKey, HttpBackend, httpx.AsyncClient]:
+    client = httpx.AsyncClient(base_url=url, timeout=30)
+    backend = HttpBackend(client, bridge_key=BRIDGE_KEY, issuer=ISSUER, local_server=LOCAL,
+                          agent_headers=agent_headers, bridge_headers=bridge_headers)
+    key = fresh_key("z")
+    generation = await backend.grant(key, PURPOSE)
+    await backend.save(key, generation, ["a private fact"], [vec("a private fact")])
+    return key, backend, client
+
+
+def _body(key: ScopeKey, route: str) -> dict[str, Any]:
+    if route == "offboard":
+        return {"principal": {"issuer": key.principal.issuer, "subject": key.principal.subject}}
+    return {"scope": scope_body(key), "purpose": PURPOSE, "generation": 1, "units": 1,
+            "entry_id": str(uuid.uuid4()), "vector": vec("a private fact"), "page_size": 5,
+            "items": [{"content": "injected", "vector": vec("injected")}]}
+
+
+RUNTIME = ["generation", "admit", "entries", "search", "forget"]
+BRIDGE = ["consent", "status", "inspect", "forget-all", "withdraw", "offboard"]
+
+
+@controller_only
+@pytest.mark.parametrize("credential", ["none", "forged", "not-bearer"])
+async def test_unauthenticated_calls_are_refused_and_change_nothing(
+        controller: str, db: Db, credential: str) -> None:
+    key, backend, client = await _seeded(controller)
+    headers = {"none": {}, "forged": {"Authorization": "Bearer forged-token"},
+               "not-bearer": {"Authorization": "Basic a2FnZW50OmthZ2VudA=="}}[credential]
+    before = _state(db)
+    try:
+        for route in RUNTIME + BRIDGE:
+            extra = {"x-kagent-memory-scope": backend.assertion(key)} if route in RUNTIME else {}
+            r = await client.post(f"{GOVERNED}/{route}", json=_body(key, route),
+                                  headers={**headers, **extra,
+                                           "X-Agent-Name": "kagent__NS__my_agent"})
+            assert (r.status_code, r.json()) == (401, {"error": "unauthenticated"}), route
+    finally:
+        await client.aclose()
+    assert _state(db) == before
+    assert db.rows_of(key) == 1
+
+
+@controller_only
+async def test_another_agents_scope_is_refused_and_changes_nothing(controller: str,
+                                                                    db: Db) -> None:
+    key, backend, client = await _seeded(controller)  # my-agent's scope
+    before = _state(db)
+    try:
+        for route in RUNTIME:
+            # other-agent's own, valid credentials, on my-agent's scope (with a valid assertion
+            # for that scope: the caller's identity, not the assertion, is what is refused)
+            r = await client.post(f"{GOVERNED}/{route}", json=_body(key, route),
+                                  headers={**agent_headers("kagent", "other-agent"),
+                                           "x-kagent-memory-scope": backend.assertion(key)})
+            assert (r.status_code, r.json()) == (403, {"error": "agent_mismatch"}), route
+            # and my-agent's token with other-agent's name: not the agent that token runs
+            r = await client.post(f"{GOVERNED}/{route}", json=_body(key, route),
+                                  headers={**agent_headers("kagent", "my-agent"),
+                                           "X-Agent-Name": "kagent__NS__other_agent",
+                                           "x-kagent-memory-scope": backend.assertion(key)})
+            assert (r.status_code, r.json()) == (403, {"error": "forbidden"}), route
+    finally:
+        await client.aclose()
+    assert _state(db) == before
+    assert db.rows_of(key) == 1
+
+
+@controller_only
+async def test_agent_tokens_are_refused_on_bridge_routes_and_change_nothing(controller: str,
+                                                                             db: Db) -> None:
+    key, _backend, client = await _seeded(controller)
+    before = _state(db)
+    try:
+        for route in BRIDGE:
+            r = await client.post(f"{GOVERNED}/{route}", json=_body(key, route),
+                                  headers=agent_headers("kagent", "my-agent"))
+            assert (r.status_code, r.json()) == (403, {"error": "forbidden"}), route
+        for route in RUNTIME:  # and the bridge's token on the agent runtime routes
+            r = await client.post(f"{GOVERNED}/{route}", json=_body(key, route),
+                                  headers=bridge_headers())
+            assert (r.status_code, r.json()) == (403, {"error": "forbidden"}), route
+    finally:
+        await client.aclose()
+    assert _state(db) == before
+    assert db.rows_of(key) == 1
+    assert db.scalar("SELECT enabled FROM memory_scope WHERE principal_subject = %s",
+                     [key.principal.subject]) is True

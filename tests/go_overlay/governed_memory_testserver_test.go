@@ -1,37 +1,79 @@
 // Verification overlay of kagent_governed_memory (tests/go_overlay); never part of the patch
 // series. Copied into go/core/internal/httpserver/ of a kagent tree with the series applied,
-// it serves the governed memory routes through the controller's own handlers, database client
-// and middleware (authn, content type, logging, errors), registered exactly as server.go does,
-// so the library's contract scenarios and the patched Python runtime can run against the
-// compiled controller. Kubernetes-dependent parts are left out the way kagent's handler tests
-// leave them out (no kube client; NoopAuthorizer).
+// it serves the governed memory listener exactly as app.go builds it (NewGovernedMemoryRouter:
+// the controller's own handlers, authenticator, database client and middleware; the local
+// homeserver recorded by ConfigureLocalServer; mandatory scope assertion verification), with
+// the two Kubernetes dependencies replaced the way kagent's handler tests replace them: a fake
+// TokenReviewer and a fake controller-runtime client holding the test Agents; NoopAuthorizer.
+//
+// Fixed test tokens (the fake TokenReview):
+//
+//	"kgm-test-sa:<namespace>:<name>"  authenticates ServiceAccount <namespace>/<name>
+//	anything else                    is refused (401 unauthenticated)
+//
+// Agents (declarative, per-agent ServiceAccount named after the Agent) are
+// KGM_TESTSERVER_AGENTS ("ns/name,...", default kagent/my-agent,kagent/agent-a,kagent/agent-b,
+// kagent/other-agent); an agent calls with the token of ServiceAccount <ns>/<name> and
+// X-Agent-Name "<ns>__NS__<name>" (kagent's app name, '-' as '_'). The bridge ServiceAccounts
+// are KGM_TESTSERVER_BRIDGE_SERVICE_ACCOUNTS (default kagent/matrix-bridge), as
+// --governed-memory-bridge-service-accounts.
 //
 // Run as a compiled test binary with:
 //
 //	KGM_TESTSERVER_ADDR_FILE  where to write "host:port" once listening (required)
 //	KGM_TESTSERVER_DSN        the database login the controller uses (the service role)
-//	KGM_TESTSERVER_LOCAL_SERVER  the local homeserver, recorded as server.go records it
-//	KAGENT_MEMORY_SCOPE_PUBLIC_KEYS, KAGENT_MEMORY_SCOPE_ISSUER  as for the controller
+//	KGM_TESTSERVER_LOCAL_SERVER  the local homeserver (--governed-memory-local-server)
+//	KAGENT_MEMORY_SCOPE_PUBLIC_KEYS[_FILE], KAGENT_MEMORY_SCOPE_ISSUER  as for the controller
 //
 // It serves until its standard input is closed.
 package httpserver
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os"
+	"strings"
 	"testing"
 
-	"github.com/gorilla/mux"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
+	"github.com/kagent-dev/kagent/go/api/v1alpha2"
 	coredatabase "github.com/kagent-dev/kagent/go/core/internal/database"
 	authimpl "github.com/kagent-dev/kagent/go/core/internal/httpserver/auth"
 	"github.com/kagent-dev/kagent/go/core/internal/httpserver/handlers"
 	"github.com/kagent-dev/kagent/go/core/internal/memoryscope"
-	"github.com/kagent-dev/kagent/go/core/pkg/auth"
 )
+
+const kgmTestTokenPrefix = "kgm-test-sa:"
+
+// kgmTestTokens is the fake TokenReview of the verification overlay.
+type kgmTestTokens struct{}
+
+func (kgmTestTokens) Review(_ context.Context, token string) (types.NamespacedName, error) {
+	rest, ok := strings.CutPrefix(token, kgmTestTokenPrefix)
+	if !ok {
+		return types.NamespacedName{}, handlers.ErrTokenRejected
+	}
+	namespace, name, ok := strings.Cut(rest, ":")
+	if !ok || namespace == "" || name == "" {
+		return types.NamespacedName{}, handlers.ErrTokenRejected
+	}
+	return types.NamespacedName{Namespace: namespace, Name: name}, nil
+}
+
+func kgmEnv(name, fallback string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return fallback
+}
 
 func TestGovernedMemoryTestServer(t *testing.T) {
 	addrFile := os.Getenv("KGM_TESTSERVER_ADDR_FILE")
@@ -47,47 +89,60 @@ func TestGovernedMemoryTestServer(t *testing.T) {
 		t.Fatalf("database: %v", err)
 	}
 	defer pool.Close()
-	client := coredatabase.NewClient(pool)
-	if server := os.Getenv("KGM_TESTSERVER_LOCAL_SERVER"); server != "" {
-		recorded, err := client.ConfigureMemoryStore(ctx, server)
-		if err != nil || recorded == nil || *recorded != server {
-			t.Fatalf("local homeserver not recorded: %v", err)
-		}
+	store := coredatabase.NewGovernedMemoryStore(pool)
+
+	bridges, err := ParseBridgeServiceAccounts(kgmEnv("KGM_TESTSERVER_BRIDGE_SERVICE_ACCOUNTS", "kagent/matrix-bridge"))
+	if err != nil {
+		t.Fatalf("bridge service accounts: %v", err)
 	}
-	memory := handlers.NewMemoryHandler(&handlers.Base{
-		DatabaseService: client,
-		Authorizer:      &authimpl.NoopAuthorizer{},
-	})
 	// As app.go: the bridge's public keys from KAGENT_MEMORY_SCOPE_PUBLIC_KEYS[_FILE] and
-	// KAGENT_MEMORY_SCOPE_ISSUER, or no verification when they are unset.
+	// KAGENT_MEMORY_SCOPE_ISSUER; without them governed memory does not start.
 	verifier, err := memoryscope.VerifierFromEnv(os.Getenv)
 	if err != nil {
 		t.Fatalf("scope assertion keys: %v", err)
 	}
-	memory.ScopeVerifier = verifier
-	routes := map[string]func(handlers.ErrorResponseWriter, *http.Request){
-		"/generation": memory.HandleGovernedGeneration,
-		"/admit":      memory.HandleGovernedAdmit,
-		"/entries":    memory.HandleGovernedSave,
-		"/search":     memory.HandleGovernedSearch,
-		"/forget":     memory.HandleGovernedForget,
-		"/consent":    memory.HandleGovernedConsent,
-		"/status":     memory.HandleGovernedStatus,
-		"/inspect":    memory.HandleGovernedInspect,
-		"/forget-all": memory.HandleGovernedForgetAll,
-		"/withdraw":   memory.HandleGovernedWithdraw,
-		"/offboard":   memory.HandleGovernedOffboard,
+	cfg := GovernedMemoryConfig{
+		BindAddr:              "127.0.0.1:0",
+		LocalServer:           os.Getenv("KGM_TESTSERVER_LOCAL_SERVER"),
+		BridgeServiceAccounts: bridges,
+		Verifier:              verifier,
 	}
-	router := mux.NewRouter()
-	for path, h := range routes {
-		router.HandleFunc(APIPathGovernedMemories+path, adaptHandler(h)).Methods(http.MethodPost)
+	if err := ValidateGovernedMemoryConfig(cfg, true); err != nil {
+		t.Fatalf("governed memory configuration: %v", err)
 	}
-	router.Use(auth.AuthnMiddleware(&authimpl.UnsecureAuthenticator{}))
-	router.Use(contentTypeMiddleware)
-	router.Use(loggingMiddleware)
-	router.Use(errorHandlerMiddleware)
+	if err := ConfigureLocalServer(ctx, store, cfg.LocalServer); err != nil {
+		t.Fatalf("local homeserver: %v", err)
+	}
 
-	listener, err := net.Listen("tcp", "127.0.0.1:0")
+	scheme := runtime.NewScheme()
+	if err := v1alpha2.AddToScheme(scheme); err != nil {
+		t.Fatalf("scheme: %v", err)
+	}
+	var agents []client.Object
+	for item := range strings.SplitSeq(kgmEnv("KGM_TESTSERVER_AGENTS", "kagent/my-agent,kagent/agent-a,kagent/agent-b,kagent/other-agent"), ",") {
+		namespace, name, ok := strings.Cut(strings.TrimSpace(item), "/")
+		if !ok {
+			t.Fatalf("KGM_TESTSERVER_AGENTS: %q is not namespace/name", item)
+		}
+		agents = append(agents, &v1alpha2.Agent{
+			ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
+			Spec:       v1alpha2.AgentSpec{Type: v1alpha2.AgentType_Declarative, Declarative: &v1alpha2.DeclarativeAgentSpec{}},
+		})
+	}
+	kube := fake.NewClientBuilder().WithScheme(scheme).WithObjects(agents...).Build()
+
+	handler := handlers.NewGovernedMemoryHandler(&handlers.Base{
+		KubeClient: kube,
+		Authorizer: &authimpl.NoopAuthorizer{},
+	}, store, verifier, cfg.LocalServer)
+	authn := &handlers.GovernedMemoryAuthenticator{
+		Reviewer:              handlers.NewCachingTokenReviewer(kgmTestTokens{}),
+		KubeClient:            kube,
+		BridgeServiceAccounts: bridges,
+	}
+	router := NewGovernedMemoryRouter(handler, authn)
+
+	listener, err := net.Listen("tcp", cfg.BindAddr)
 	if err != nil {
 		t.Fatalf("listen: %v", err)
 	}
@@ -96,6 +151,7 @@ func TestGovernedMemoryTestServer(t *testing.T) {
 	if err := os.WriteFile(addrFile, []byte(listener.Addr().String()), 0o600); err != nil {
 		t.Fatalf("address file: %v", err)
 	}
+	fmt.Println("governed memory test server on", listener.Addr().String())
 	_, _ = io.Copy(io.Discard, os.Stdin) // until the harness closes our standard input
 	_ = srv.Shutdown(ctx)
 }
