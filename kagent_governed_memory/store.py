@@ -58,12 +58,14 @@ from .models import (
 from .policy import PROTOTYPE_POLICY, MemoryPolicy
 from .sweeper import Sweeper
 
-__all__ = ["EMBEDDING_DIMENSION", "MAX_PAGE_SIZE", "MAX_SEARCH_LIMIT", "GovernedMemoryStore"]
+__all__ = ["EMBEDDING_DIMENSION", "MAX_PAGE_SIZE", "MAX_SEARCH_LIMIT", "MAX_SEARCH_QUERIES",
+           "GovernedMemoryStore"]
 
 _log = logging.getLogger("kagent_governed_memory.store")
 
 MAX_PAGE_SIZE = 50
 MAX_SEARCH_LIMIT = 50
+MAX_SEARCH_QUERIES = 8  # query vectors per search_many: one prefetch's sub-queries
 _PURPOSE = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
 _DISABLE_ATTEMPTS = 3
 # Can this login switch the rules off?  Superuser, BYPASSRLS, or a member of the tables' owner.
@@ -308,6 +310,29 @@ class GovernedMemoryStore:
                          distance=float(r[4]))
             for r in rows
         ]
+
+    async def search_many(
+        self, key: ScopeKey, generation: int | None, embeddings: Sequence[Sequence[float]], *,
+        limit: int = 5,
+    ) -> list[list[MemoryRecord]]:
+        """``search`` for 1..``MAX_SEARCH_QUERIES`` query vectors in one statement (one round
+        trip, the scope fenced once): element ``i`` is exactly what ``search(key, generation,
+        embeddings[i], limit=limit)`` returns, and the whole call is refused if any would be."""
+        self._servable(key)
+        gen = _generation(generation)
+        if not isinstance(limit, int) or isinstance(limit, bool) or not 0 < limit <= MAX_SEARCH_LIMIT:
+            raise InvalidInput(ReasonCode.INVALID_LIMIT)
+        if (isinstance(embeddings, str | bytes) or not isinstance(embeddings, Sequence)
+                or not 0 < len(embeddings) <= MAX_SEARCH_QUERIES):
+            raise InvalidInput(ReasonCode.INVALID_ARGUMENT, field="embeddings")
+        vectors = [_vector(e, self.policy.embedding_dimension) for e in embeddings]
+        rows = await self._all("search", "SearchMemoryEntriesMany",
+                               [*_key(key), gen, self.policy.version, vectors, limit])
+        out: list[list[MemoryRecord]] = [[] for _ in vectors]
+        for r in rows:
+            out[r[0] - 1].append(MemoryRecord(id=str(r[1]), text=r[2], scope=key, created_at=r[3],
+                                              expires_at=r[4], distance=float(r[5])))
+        return out
 
     async def inspect(
         self, key: ScopeKey, *, page_size: int = 10, cursor: str | None = None

@@ -26,7 +26,7 @@ from ..ledger import redeem_scope_assertion
 from ..metering import Metering, Operation, traced
 from ..models import MemoryRecord
 from ..request import RequestBinding, current_request
-from ..store import GovernedMemoryStore, _check_fact
+from ..store import MAX_SEARCH_QUERIES, GovernedMemoryStore, _check_fact
 from ..telemetry import SpanContentMode, check_adk_span_content
 from .recall import Recalled
 from .summariser import summarise
@@ -239,14 +239,15 @@ class GovernedMemoryService(BaseMemoryService):
         if vectors is None:
             return []
         seen: dict[str, MemoryRecord] = {}
-        for vector in vectors:
+        for at in range(0, len(vectors), MAX_SEARCH_QUERIES):  # one round trip per 8 sub-queries
             try:
-                hits = await self.store.search(who.key, who.generation, vector,
-                                               limit=policy.search_limit)
+                found = await self.store.search_many(
+                    who.key, who.generation, vectors[at:at + MAX_SEARCH_QUERIES],
+                    limit=policy.search_limit)
             except GovernanceError as exc:
                 self.metering.count(Operation.PREFETCH, exc.reason)
                 return []
-            for hit in hits:
+            for hit in (h for hits in found for h in hits):
                 seen.setdefault(hit.id, hit)
         self.metering.count(Operation.PREFETCH, n=len(bounded))
         return list(seen.values())
