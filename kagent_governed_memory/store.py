@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import struct
 import time
 import uuid
 import weakref
@@ -19,6 +20,7 @@ from typing import Any, Self
 
 import psycopg
 from pgvector.psycopg import register_vector_async
+from psycopg.adapt import Dumper
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from . import _sql
@@ -196,6 +198,9 @@ class GovernedMemoryStore:
         if info is None:  # extension not created yet: migrate() will
             return False
         await register_vector_async(conn)
+        conn.adapters.register_dumper(_Vectors, type(
+            "VectorArrayDumper", (_VectorArrayDumper,), {"oid": info.array_oid,
+                                                         "element_oid": info.oid}))
         self._vector_ready.add(conn)
         return True
 
@@ -327,7 +332,7 @@ class GovernedMemoryStore:
             raise InvalidInput(ReasonCode.INVALID_ARGUMENT, field="embeddings")
         vectors = [_vector(e, self.policy.embedding_dimension) for e in embeddings]
         rows = await self._all("search", "SearchMemoryEntriesMany",
-                               [*_key(key), gen, self.policy.version, vectors, limit])
+                               [*_key(key), gen, self.policy.version, _Vectors(vectors), limit])
         out: list[list[MemoryRecord]] = [[] for _ in vectors]
         for r in rows:
             out[r[0] - 1].append(MemoryRecord(id=str(r[1]), text=r[2], scope=key, created_at=r[3],
@@ -566,6 +571,28 @@ class GovernedMemoryStore:
         failed.__context__ = None
         failed.__cause__ = None
         raise failed
+
+
+class _Vectors(list):  # type: ignore[type-arg]
+    """Validated ``Vector``s sent as one binary ``vector[]``: psycopg would send a list of
+    them as text (768 floats formatted and parsed per vector, ~1 ms each)."""
+
+    __slots__ = ()
+
+
+class _VectorArrayDumper(Dumper):
+    format = psycopg.pq.Format.BINARY
+    element_oid = 0
+
+    def dump(self, obj: Any) -> bytes:
+        # one dimension, no NULLs, the element type, (length, lower bound 1), then each
+        # element as (byte length, pgvector's binary form)
+        parts = [struct.pack("!iiIii", 1, 0, self.element_oid, len(obj), 1)]
+        for v in obj:
+            raw = v.to_binary()
+            parts.append(struct.pack("!i", len(raw)))
+            parts.append(bytes(raw))
+        return b"".join(parts)
 
 
 def _key(key: ScopeKey) -> list[Any]:
