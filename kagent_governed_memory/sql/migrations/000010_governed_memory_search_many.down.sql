@@ -1,4 +1,5 @@
--- Reverts 000010: prefetch goes back to one memory_search per sub-query.
+-- Reverts 000010: prefetch goes back to one memory_search per sub-query, and new rows'
+-- embeddings go back to pgvector's default storage (out of line).
 
 SELECT pg_catalog.set_config('search_path', pg_catalog.concat_ws(', ',
            pg_catalog.quote_ident(pg_catalog.current_schema()),
@@ -10,6 +11,9 @@ SELECT pg_catalog.set_config('search_path', pg_catalog.concat_ws(', ',
 
 DROP FUNCTION IF EXISTS memory_search_many(
     TEXT, TEXT, TEXT, TEXT, TEXT, TEXT, BIGINT, TEXT, vector[], INTEGER);
+
+ALTER TABLE memory_entry ALTER COLUMN embedding SET STORAGE EXTERNAL;
+ALTER TABLE memory_entry RESET (toast_tuple_target);
 
 CREATE OR REPLACE FUNCTION memory_schema_version() RETURNS INTEGER
 LANGUAGE sql IMMUTABLE AS $$ SELECT 9 $$;

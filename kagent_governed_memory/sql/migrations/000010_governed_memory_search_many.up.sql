@@ -8,6 +8,15 @@
 -- Errors are content-free SQLSTATEs, as in 000005: 22023 invalid_argument (limit outside
 -- 1..50; no, NULL, more than 8 or multi-dimensional query vectors), KGC01/KGS01/KGC04 from the
 -- fence, 22000 invalid_embedding (a vector of another dimension than the consent's).
+--
+-- Storage: embeddings are kept in the heap row.  pgvector's `vector` is STORAGE EXTERNAL and a
+-- 768-d vector (3 KiB) is over the 2 KiB TOAST threshold, so every embedding was stored out of
+-- line in two TOAST chunks: reading one row's vector cost the heap page, the TOAST index and
+-- two TOAST pages, about 4 buffers a row (benchmarks/scaling.py).  STORAGE MAIN with
+-- toast_tuple_target 8160 keeps it in the row (a long `content` is still moved out first, and a
+-- vector larger than a page still goes out of line as a last resort).  Both are catalog-only
+-- changes: rows written before keep their layout until rewritten (VACUUM FULL or CLUSTER, by
+-- the owner, at a quiet time).
 
 SELECT pg_catalog.set_config('search_path', pg_catalog.concat_ws(', ',
            pg_catalog.quote_ident(pg_catalog.current_schema()),
@@ -16,6 +25,9 @@ SELECT pg_catalog.set_config('search_path', pg_catalog.concat_ws(', ',
               JOIN pg_catalog.pg_namespace n ON n.oid = e.extnamespace
              WHERE e.extname = 'vector'),
            'pg_temp'), true);
+
+ALTER TABLE memory_entry ALTER COLUMN embedding SET STORAGE MAIN;
+ALTER TABLE memory_entry SET (toast_tuple_target = 8160);
 
 CREATE OR REPLACE FUNCTION memory_search_many(
     p_issuer TEXT, p_subject TEXT, p_namespace TEXT, p_agent TEXT, p_kind TEXT, p_room TEXT,
