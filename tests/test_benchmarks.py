@@ -56,6 +56,7 @@ TINY = bench.Size("tiny", scopes=8, facts=20, scaling=(4, 8), search_iters=30, w
 
 ROWS = {"search", "search_sql", "search_path", "recall_default", "short_default",
         "recall_relaxed", "short_relaxed", "save", "save_10", "forget", "withdraw", "rt_search",
+        "rt_prefetch",
         "rt_save", "rt_save_10", "rt_erase", "rt_other", "log_own", "log_upstream",
         "scale_80", "scale_160"}
 
@@ -85,6 +86,7 @@ async def test_every_row_measured_at_a_tiny_size(database):
     assert (gov["grant"], gov["generation"], gov["admit"], gov["forget_all"]) == (1, 1, 1, 2)
     assert (up["search"], up["search_sql"], up["save"], up["save_10"], up["delete"]) == (
         2, 1, 1, 12, 1)
+    assert (gov["prefetch_8"], up["prefetch_8"]) == (1, 16)
     assert report.meta["rows_at_end"]["upstream"] > 0
     assert {"upstream_search", "governed_search_inner", "profile_store_search",
             "withdraw_steps", "profile_log_sanitizer"} <= set(report.plans)
