@@ -278,6 +278,8 @@ async def run_side(w: World, side: str, c: int, *, storm: bool = False,
             except (psycopg.Error, OSError) as exc:
                 run.errors[type(exc).__name__] += 1
             run.add("turn", time.perf_counter() - t0)
+            if t % SAVE_EVERY != SAVE_EVERY - 1 and t % INSPECT_EVERY != INSPECT_EVERY - 1:
+                run.add("turn_plain", time.perf_counter() - t0)  # assert + admit + prefetch
             run.turns += 1
             done += 1
             if storm and done == storm_at and storm_task is None:
@@ -437,13 +439,13 @@ def _triple(op: dict[str, Any] | None) -> str:
 
 
 def knee(result: dict[str, Any], side: str) -> int | None:
-    """The first C at which throughput reaches 90 % of the side's best: more sessions after
-    it add latency, not turns/s."""
-    pts = [(r["concurrency"], r["turns_per_s"]) for r in result["runs"] if r["side"] == side]
-    if not pts:
-        return None
-    best = max(t for _, t in pts)
-    return min(c for c, t in pts if t >= 0.9 * best)
+    """The last C after which more sessions add less than 10 % turns/s (they add latency
+    instead); ``None`` when throughput still grows by 10 % or more up to the largest C."""
+    pts = sorted((r["concurrency"], r["turns_per_s"]) for r in result["runs"] if r["side"] == side)
+    for (c, t), (_, nxt) in zip(pts, pts[1:], strict=False):
+        if nxt < 1.10 * t:
+            return c
+    return None
 
 
 def render(result: dict[str, Any]) -> str:
@@ -461,21 +463,25 @@ def render(result: dict[str, Any]) -> str:
                   ", ".join(f"{k} {v}" for k, v in r["errors"].items()) or "0"]
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", "| C | governed turns/s | governed-8 turns/s | upstream turns/s | "
-                  "governed / upstream | governed p99 / p50 (turn) | errors (governed) |",
-              "|---|---:|---:|---:|---:|---:|---|"]
+                  "governed / upstream | governed p99 / p50 (turn) | governed p99 / p50 "
+                  "(turns without save or inspect) | errors (governed) |",
+              "|---|---:|---:|---:|---:|---:|---:|---|"]
     by = {(r["side"], r["concurrency"]): r for r in runs}
     for c in result["size"]["concurrency"]:
         g, g8, u = by.get(("governed", c)), by.get(("governed-8", c)), by.get(("upstream", c))
         ratio = f"{g['turns_per_s'] / u['turns_per_s']:.2f}×" if g and u and u["turns_per_s"] else "—"
         spread = (f"{g['ops']['turn']['p99'] / g['ops']['turn']['p50']:.1f}×"
                   if g and g["ops"].get("turn") else "—")
+        plain = (f"{g['ops']['turn_plain']['p99'] / g['ops']['turn_plain']['p50']:.1f}×"
+                 if g and g["ops"].get("turn_plain") else "—")
         lines.append("| " + " | ".join([
             str(c), f"{g['turns_per_s']:.1f}" if g else "—", f"{g8['turns_per_s']:.1f}" if g8 else "—",
-            f"{u['turns_per_s']:.1f}" if u else "—", ratio, spread,
+            f"{u['turns_per_s']:.1f}" if u else "—", ratio, spread, plain,
             (", ".join(f"{k} {v}" for k, v in g["errors"].items()) or "0") if g else "—"]) + " |")
-    knees = {s: knee(result, s) for s in SIDES}
-    lines += ["", "Knee (first C at ≥ 90 % of the side's best turns/s): "
-              + ", ".join(f"{s} C={k}" for s, k in knees.items() if k is not None)]
+    top = max(result["size"]["concurrency"])
+    lines += ["", "Knee (the last C after which more sessions add < 10 % turns/s): "
+              + ", ".join(f"{s} C={k}" if k is not None else f"{s} none up to C={top}"
+                          for s, k in ((s, knee(result, s)) for s in SIDES))]
     storms = [r for r in result["runs"] if "storm" in r["side"]]
     if storms:
         lines += ["", "| storm run | C | turns/s | turn p50 / p95 / p99 ms | refusals | errors | "

@@ -197,7 +197,7 @@ async def test_load_benchmark_at_a_tiny_size(database):
     assert "rows_in_deleted_pairs" in runs[("upstream (storm)", 4)]["storm"]
     table = load.render(result)
     assert "| 4 | governed |" in table and "Knee" in table and "governed (storm)" in table
-    assert load.knee(result, "governed") in (1, 4)
+    assert load.knee(result, "governed") in (1, None)
     assert "load average" in load.caption(result)
 
 
