@@ -246,6 +246,52 @@ def render(out: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+async def ab(pg: Any, *, scopes: int, facts: int, iters: int, say: Any) -> dict[str, Any]:
+    """Both layouts in one cluster (two schemas, the same rows), ``store.search`` and
+    ``store.search_many`` (8 vectors) alternating between them call by call: the per-search
+    cost with every page in shared buffers, free of the machine's drift."""
+    stores: dict[str, GovernedMemoryStore] = {}
+    queries: list[list[float]] = []
+    for layout in LAYOUTS:
+        dsn = await bench.prepare_schema(pg.owner_dsn, f"kgm_ab_{layout}")
+        await migrate(dsn, local_server=bench.LOCAL)
+        size = bench.Size("ab", scopes, facts, (), recall_queries=256)
+        async with await bench.connect(dsn) as conn:
+            await conn.execute(LAYOUTS[layout])
+            await bench.generate_source(conn, size, say)
+            await bench.load_governed(conn, 0, scopes, size, say)
+            await bench.vacuum_analyze(conn, "memory_entry", "memory_scope")
+            cur = await conn.execute("SELECT embedding FROM bench_query ORDER BY i")
+            queries = [r[0].to_list() for r in await cur.fetchall()]
+        app = make_conninfo(pg.dsn, options=conninfo_to_dict(dsn)["options"])
+        stores[layout] = await GovernedMemoryStore.open(app, local_server=bench.LOCAL,
+                                                        min_size=1, max_size=1,
+                                                        sweep_every=None)
+    times: dict[str, list[float]] = {f"{op} {lay}": [] for op in ("search", "search_many")
+                                     for lay in LAYOUTS}
+    rng = random.Random(7)
+    try:
+        for i in range(iters + iters // 10):
+            k = bench.scope_key(rng.randrange(scopes))
+            qs = [queries[rng.randrange(len(queries))] for _ in range(8)]
+            order = list(LAYOUTS) if i % 2 else list(LAYOUTS)[::-1]
+            for lay in order:
+                t0 = time.perf_counter()
+                a = await stores[lay].search(k, 1, qs[0], limit=bench.LIMIT)
+                t1 = time.perf_counter()
+                b = await stores[lay].search_many(k, 1, qs, limit=bench.LIMIT)
+                t2 = time.perf_counter()
+                assert [h.text for h in a] == [h.text for h in b[0]]
+                if i >= iters // 10:
+                    times[f"search {lay}"].append(t1 - t0)
+                    times[f"search_many {lay}"].append(t2 - t1)
+    finally:
+        for st in stores.values():
+            await st.close()
+    return {k: {"median": statistics.median(v), "p95": sorted(v)[int(0.95 * len(v)) - 1],
+                "n": len(v)} for k, v in times.items()} | {"loadavg": list(os.getloadavg())}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="benchmarks/scaling.py",
                                      description=__doc__.split("\n\n")[0])
@@ -255,10 +301,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--layouts", default="toast,inline")
     parser.add_argument("--buffers", default="default,25%")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--ab", action="store_true",
+                        help="instead: both layouts side by side, calls alternating "
+                             "(--steps' first value scopes × --facts rows each)")
     args = parser.parse_args(argv)
     from kagent_governed_memory._embedded import EmbeddedPostgres
 
     say = bench._progress(time.perf_counter())
+    if args.ab:
+        with EmbeddedPostgres() as pg:
+            res = asyncio.run(ab(pg, scopes=int(args.steps.split(",")[0]), facts=args.facts,
+                                 iters=args.iters, say=say))
+        if args.json:
+            print(json.dumps(res, indent=2))
+        else:
+            print("| call | toast: median (p95) | inline: median (p95) | inline / toast |")
+            print("|---|---|---|---:|")
+            for op in ("search", "search_many"):
+                t, n = res[f"{op} toast"], res[f"{op} inline"]
+                print(f"| {op} | {t['median'] * 1e3:.2f} ms ({t['p95'] * 1e3:.2f} ms) | "
+                      f"{n['median'] * 1e3:.2f} ms ({n['p95'] * 1e3:.2f} ms) | "
+                      f"{n['median'] / t['median']:.2f}× |")
+            print(f"\nload average at the end: {res['loadavg']}")
+        return 0
     with EmbeddedPostgres() as pg:
         out = run(pg, steps=[int(x) for x in args.steps.split(",")], facts=args.facts,
                   iters=args.iters, layouts=args.layouts.split(","),
