@@ -50,9 +50,11 @@ def old_migrations(ref: str) -> list[str]:
             for n in sorted(names) if n.endswith(".up.sql")]
 
 
-def key(i: int) -> list[str]:
-    return ["matrix", f"@u{i}:example.org", "kagent", "ab", "control_room",
-            f"!r{i}:example.org"]
+def key(i: int, side: str = "new") -> list[str]:
+    # the old ref's functions take (mxid, origin, ...); this tree's (issuer, subject, ...)
+    principal = ([f"@u{i}:example.org", "native_local"] if side == "old"
+                 else ["matrix", f"@u{i}:example.org"])
+    return [*principal, "kagent", "ab", "control_room", f"!r{i}:example.org"]
 
 
 def run(ref: str, scopes: int, facts: int, iters: int) -> dict[tuple[str, str], list[float]]:
@@ -76,11 +78,11 @@ def run(ref: str, scopes: int, facts: int, iters: int) -> dict[tuple[str, str], 
             register_vector(c)
             conns[side] = c
             for i in range(scopes):
-                c.execute(OLD_GRANT if side == "old" else NEW_GRANT, key(i))
+                c.execute(OLD_GRANT if side == "old" else NEW_GRANT, key(i, side))
                 save = ("SELECT * FROM memory_save(%s,%s,%s,%s,%s,%s,1,%s,%s::vector[])"
                         if side == "old" else
                         "SELECT * FROM memory_save(%s,%s,%s,%s,%s,%s,1,'v1',%s,%s::vector[])")
-                c.execute(save, key(i) + [texts[i], vecs[i]])
+                c.execute(save, key(i, side) + [texts[i], vecs[i]])
             c.execute("ANALYZE")
         rng = random.Random(7)
         times: dict[tuple[str, str], list[float]] = {(op, s): [] for op in ("search", "save")
@@ -92,14 +94,14 @@ def run(ref: str, scopes: int, facts: int, iters: int) -> dict[tuple[str, str], 
             for side in order:
                 t0 = time.perf_counter()
                 conns[side].execute(OLD_SEARCH if side == "old" else NEW_SEARCH,
-                                    key(i) + [vec]).fetchall()
+                                    key(i, side) + [vec]).fetchall()
                 times[("search", side)].append(time.perf_counter() - t0)
             if n < scopes * (100 - facts):  # stay under the entry cap of 100
                 j = n % scopes
                 for side in order:
                     t0 = time.perf_counter()
                     conns[side].execute(OLD_SAVE if side == "old" else NEW_SAVE,
-                                        key(j) + [f"new fact {n}", vec]).fetchall()
+                                        key(j, side) + [f"new fact {n}", vec]).fetchall()
                     times[("save", side)].append(time.perf_counter() - t0)
         for c in conns.values():
             c.close()

@@ -16,6 +16,7 @@ from .control_room import (
     check_control_room_events,
 )
 from .controls import MemoryControls, parse_memory_command, recheck_before_send
+from .devdb import DevDatabase, EmbeddedUnavailable, dev_database
 from .embedding import Embedder, HashingEmbedder, OpenAICompatibleEmbedder
 from .errors import (
     AdmissionDenied,
@@ -94,6 +95,8 @@ __all__ = [
     "ContentFreeSpanProcessor",
     "ControlRoomCheck",
     "ControlRoomState",
+    "DevDatabase",
+    "EmbeddedUnavailable",
     "Embedder",
     "EntryCapReached",
     "ErasureFailed",
@@ -130,6 +133,7 @@ __all__ = [
     "check_control_room",
     "check_control_room_events",
     "configure_governed_memory",
+    "dev_database",
     "generate_private_key",
     "install_content_free_logging",
     "load_private_key",

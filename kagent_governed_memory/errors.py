@@ -68,6 +68,7 @@ class ReasonCode(StrEnum):
     ASSERTION_REPLAYED = "assertion_replayed"
     CONTEXT_MISMATCH = "context_mismatch"
     NOT_CONFIGURED = "memory_not_configured"
+    NO_BINDING = "no_binding"
     AGENT_MISMATCH = "agent_mismatch"
     AUDIENCE_DENIED = "audience_denied"
     # admission (A1-A3)
@@ -111,6 +112,7 @@ class ReasonCode(StrEnum):
     DATABASE_ERROR = "database_error"
     SCHEMA_OUTDATED = "schema_outdated"
     # database roles and configuration
+    LOGIN_REFUSED = "login_refused"
     PERMISSION_DENIED = "permission_denied"
     PRIVILEGED_ROLE = "privileged_role"
     SERVICE_ROLE_MISSING = "service_role_missing"
@@ -135,6 +137,9 @@ _DEFAULT_HINT: dict[ReasonCode, str] = {
     ReasonCode.PRINCIPAL_OFFBOARDED: "the principal was offboarded; an operator must lift the "
     "block (`kagent-governed-memory unblock` as the owner) before a new grant",
     ReasonCode.AUDIT_APPEND_ONLY: "audit rows are append-only within their 400-day retention",
+    ReasonCode.LOGIN_REFUSED: "the database refused this login (wrong password, unknown role "
+    "or database, or no pg_hba.conf entry): check the DSN's user, password and dbname; a "
+    "local development database prints its DSNs with `kagent-governed-memory dev-db`",
     ReasonCode.PERMISSION_DENIED: "the database role lacks a privilege: applications connect as a "
     "member of kagent_memory_service, migrations run as the owner role",
     ReasonCode.PRIVILEGED_ROLE: "this login is a superuser, BYPASSRLS or the schema owner: "
@@ -159,8 +164,37 @@ _DEFAULT_HINT: dict[ReasonCode, str] = {
     ReasonCode.ASSERTION_REPLAYED: "the scope assertion was already used; the bridge signs one "
     "per request",
     ReasonCode.CONTEXT_MISMATCH: "the scope assertion was signed for another A2A context",
+    ReasonCode.NO_BINDING: "no memory_request() binding is active for this request: the "
+    "runtime wraps each request in memory_request(token, public_keys=..., issuer=..., "
+    "context_id=..., agent=...) (the patched kagent runtime does it from the "
+    "x-kagent-memory-scope header)",
+    ReasonCode.RATE_LIMITED: "the sender's per-minute budget of explicit memory operations "
+    "is spent; it refills within a minute (MemoryPolicy.explicit_ops_per_minute)",
+    ReasonCode.BUDGET_EXHAUSTED: "the scope's hourly budget of memory work is spent; it refills "
+    "over the hour (MemoryPolicy.scope_ops_per_hour)",
     ReasonCode.NOT_CONFIGURED: "no public keys or issuer are configured for scope assertions; "
     "set KGM_ASSERTION_PUBLIC_KEYS (or _FILE) and the issuer",
+}
+
+# Configuration mistakes raised at start-up, by the argument they concern (``field=``): what to
+# do about it.  Fixed text only; the value given is never echoed.
+_FIELD_HINT: dict[str, str] = {
+    "secret": "the confirmation secret must be bytes, at least 32 of them: "
+    "secrets.token_bytes(32), kept in a Kubernetes Secret",
+    "embedder_dimension": "the embedder's dimension differs from the policy's "
+    "embedding_dimension: use an embedder of that dimension, or a MemoryPolicy with "
+    "embedding_dimension set to the embedder's (OpenAICompatibleEmbedder(dimension=...))",
+    "public_keys": "no usable Ed25519 public key: give PEM, JWK or JWK Set public keys "
+    "(`kagent-governed-memory keys public-key --private bridge.pem`), never the private key; "
+    "from the environment: KGM_ASSERTION_PUBLIC_KEYS or KGM_ASSERTION_PUBLIC_KEYS_FILE",
+    "private_key": "not an unencrypted Ed25519 private key (PKCS#8 PEM or JWK): make one with "
+    "`kagent-governed-memory keys generate --out bridge.pem`; from the environment: "
+    "KGM_ASSERTION_PRIVATE_KEY or KGM_ASSERTION_PRIVATE_KEY_FILE",
+    "issuer": "the bridge's issuer URL (the `iss` it signs with) is required",
+    "agent": "the AgentIdentity(namespace=..., name=...) this runtime serves is required",
+    "context_id": "the request's A2A context id (in kagent, the ADK session id) is required",
+    "local_server": "local_server is the local Matrix homeserver's name, e.g. example.org",
+    "dsn": "dsn is a PostgreSQL connection string (libpq keywords or a postgresql:// URL)",
 }
 
 
@@ -186,7 +220,7 @@ class GovernanceError(Exception):
 
     def _render(self) -> str:
         text = self.reason.value
-        hint = _DEFAULT_HINT.get(self.reason)
+        hint = _DEFAULT_HINT.get(self.reason) or _FIELD_HINT.get(self.ids.get("field", ""))
         if hint:
             text += f": {hint}"
         if self.ids:
@@ -286,6 +320,13 @@ _SQLSTATE: dict[str, tuple[type[GovernanceError], ReasonCode]] = {
     "42883": (StoreUnavailable, ReasonCode.SCHEMA_OUTDATED),  # undefined_function
 }
 _CONNECTION_CLASSES = ("08", "53", "57", "58")
+# libpq reports a login the server refused (SQLSTATE 28000/28P01/3D000 on the wire) with no
+# SQLSTATE, only its message; these fixed words of that message are matched -- the message is
+# never kept or echoed.  A server with translated messages falls back to store_unavailable.
+_LOGIN_REFUSED = re.compile(
+    r"FATAL:\s+(?:password authentication failed|role \"[^\"]*\" does not exist"
+    r"|database \"[^\"]*\" does not exist|no pg_hba\.conf entry|\w+ authentication failed"
+    r"|permission denied for database)|fe_sendauth: no password supplied")
 
 
 def from_database_error(exc: BaseException, operation: str) -> GovernanceError:
@@ -300,7 +341,16 @@ def from_database_error(exc: BaseException, operation: str) -> GovernanceError:
     if sqlstate in _SQLSTATE:
         cls, reason = _SQLSTATE[sqlstate]
         return cls(reason, operation=operation)
+    if sqlstate in ("28000", "28P01", "3D000") or (not sqlstate and _login_refused(exc)):
+        return InvalidInput(ReasonCode.LOGIN_REFUSED, operation=operation)
     if not sqlstate or sqlstate[:2] in _CONNECTION_CLASSES:
         return StoreUnavailable(ReasonCode.STORE_UNAVAILABLE, operation=operation,
                                 **({"sqlstate": sqlstate} if sqlstate else {}))
     return GovernanceError(ReasonCode.DATABASE_ERROR, operation=operation, sqlstate=sqlstate)
+
+
+def _login_refused(exc: BaseException) -> bool:
+    try:
+        return _LOGIN_REFUSED.search(str(exc)) is not None
+    except Exception:  # noqa: BLE001 - a broken __str__ is just not a refused login
+        return False

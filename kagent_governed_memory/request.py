@@ -39,6 +39,7 @@ class RequestBinding:
     generation: int | None = None  # captured once, when the assertion is redeemed
     captured: bool = False
     counted: bool = False  # the request's memory outcome is metered once
+    logged: set[ReasonCode] = field(default_factory=set, repr=False)  # refusals logged once
     lock: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False)
 
     def __repr__(self) -> str:

@@ -142,6 +142,8 @@ class GovernedMemoryStore:
             await pool.open(wait=True, timeout=timeout)
         except (psycopg.Error, PoolTimeout, OSError) as exc:
             failed = from_database_error(exc, "open")
+        if failed is not None and failed.reason is ReasonCode.STORE_UNAVAILABLE:
+            failed = await _login_probe(dsn, timeout) or failed  # the pool hides why
         if failed is None:
             try:
                 await store._with_conn("open", lambda conn: store._check_role(conn, privileged))
@@ -612,3 +614,15 @@ def _audience(value: Sequence[str] | None, local_server: str) -> list[str]:
     if servers is None:
         raise InvalidInput(ReasonCode.INVALID_ARGUMENT, field="output_audience")
     return list(servers)
+
+
+async def _login_probe(dsn: str, timeout: float) -> GovernanceError | None:
+    """After the pool gave up: one direct connection, which reports a refused login
+    (``login_refused``, a configuration error) instead of a timeout."""
+    try:
+        conn = await psycopg.AsyncConnection.connect(dsn, connect_timeout=max(1, int(timeout)))
+    except (psycopg.Error, OSError) as exc:
+        found = from_database_error(exc, "open")
+        return found if found.reason is ReasonCode.LOGIN_REFUSED else None
+    await conn.close()
+    return None

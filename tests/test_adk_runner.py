@@ -209,7 +209,7 @@ async def test_admission_ceilings_exact_with_injected_clock(store, database):
                for i in range(4)]
     assert results == ["saved", "saved", "saved", "not_saved"]
     out = await h.turn("remember: fact 4", key=key)
-    assert tool_result(out) == {"reason": "admission_denied", "status": "not_saved"}
+    assert tool_result(out) == {"reason": "rate_limited", "status": "not_saved"}
     now[0] += timedelta(seconds=9)
     assert tool_result(await h.turn("remember: fact 5", key=key))["status"] == "not_saved"
     now[0] += timedelta(seconds=1)  # exactly 10 s: one token back

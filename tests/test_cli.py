@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import subprocess
 import sys
@@ -23,13 +24,16 @@ def run(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
 
 
 def test_demo_on_embedded_postgres():
-    done = run("demo")
+    # $KGM_DSN is never the demo's database: an unreachable one changes nothing
+    done = run("demo", env={"KGM_DSN": "host=127.0.0.1 port=1 user=x dbname=y"})
     assert done.returncode == 0, done.stderr[-2000:]
     out = done.stdout
     assert "save before consent: refused: consent_required" in out
     assert "late save with the old generation: refused: stale_generation" in out
     assert "withdraw: disabled, deleted 2, verified True" in out
     assert "demo complete" in out
+    assert "$KGM_DSN is never used" in out
+    assert re.search(r"consent until \d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+00:00", out)
 
 
 def test_demo_against_a_given_database(database):
@@ -39,6 +43,7 @@ def test_demo_against_a_given_database(database):
     assert run("migrate", "--dsn", database.owner_dsn).returncode == 0
     done = run("demo", "--dsn", database.dsn)
     assert done.returncode == 0, done.stderr[-2000:]
+    assert "using the database of --dsn" in done.stdout  # never silently
     assert database.scalar("SELECT count(*) FROM memory_entry") == 0
     assert database.scalar("SELECT count(*) FROM memory_scope WHERE NOT enabled") == 1
 
@@ -46,8 +51,8 @@ def test_demo_against_a_given_database(database):
 async def test_operator_commands_are_content_free(database):
     secret = "SENTINEL-" + secrets.token_hex(8)
     as_app = run("migrate", "--dsn", database.dsn, "--json")
-    assert as_app.returncode == 2, as_app.stdout  # the application login may not migrate
-    assert "permission_denied" in as_app.stderr
+    assert as_app.returncode == 4, as_app.stdout  # the application login may not migrate
+    assert json.loads(as_app.stdout)["error"] == "permission_denied" and not as_app.stderr
     migrate = run("migrate", "--dsn", database.owner_dsn, "--json")
     assert migrate.returncode == 0, migrate.stderr
     assert json.loads(migrate.stdout)["applied"] == [m.version for m in _sql.migrations()]
@@ -87,3 +92,102 @@ def test_missing_dsn_and_bad_arguments():
     assert run("sweep").returncode == 2
     assert run("status", "--dsn", "x").returncode == 2  # argparse: required key flags
     assert run().returncode == 2
+
+
+def test_demo_json_is_one_json_object(database):
+    assert run("migrate", "--dsn", database.owner_dsn).returncode == 0
+    done = run("demo", "--dsn", database.dsn, "--json")
+    assert done.returncode == 0, done.stderr[-2000:]
+    body = json.loads(done.stdout)
+    assert body["ok"] is True
+    steps = {s["step"]: s["outcome"] for s in body["steps"]}
+    assert steps["late save with the old generation"] == "refused: stale_generation"
+    assert "Alice" not in done.stdout  # the facts' text stays out of the JSON
+
+
+def test_a_refused_login_is_a_configuration_error(database):
+    """An unknown role or database is exit 4 (configuration), not 3 (retry later), plain and
+    --json, and neither the role nor the password is echoed."""
+    password = "pw" + secrets.token_hex(6)
+    role = "nosuch_" + secrets.token_hex(4)
+    unknown_role = database.dsn.replace("user=kgm_app", f"user={role}") + f" password={password}"
+    for command in (["status"], ["migrate"], ["verify"]):
+        plain = run(*command, "--dsn", unknown_role)
+        assert plain.returncode == 4, (command, plain.stderr)
+        assert "login_refused" in plain.stderr and "dev-db" in plain.stderr
+        as_json = run(*command, "--dsn", unknown_role, "--json")
+        assert as_json.returncode == 4 and json.loads(as_json.stdout)["exit_code"] == 4
+        for done in (plain, as_json):
+            assert password not in done.stdout + done.stderr
+            assert role not in done.stdout + done.stderr
+    no_db = run("status", "--dsn", database.dsn.replace("dbname=", "dbname=x"), "--json")
+    assert no_db.returncode == 4 and json.loads(no_db.stdout)["error"] == "login_refused"
+
+
+async def test_library_open_says_login_refused(database):
+    from kagent_governed_memory import GovernedMemoryStore, InvalidInput
+
+    dsn = database.dsn.replace("user=kgm_app", "user=nosuch_role")
+    try:
+        await GovernedMemoryStore.open(dsn, local_server="example.org", timeout=1.0)
+    except InvalidInput as exc:
+        assert exc.reason.value == "login_refused" and "nosuch_role" not in str(exc)
+    else:
+        raise AssertionError("opened with an unknown role")
+
+
+def test_json_errors_are_json():
+    for args in (["sweep", "--json"], ["status", "--dsn", "host=x port=notaport ===", "--json"],
+                 ["verify", "--json", "--dsn", "host=127.0.0.1 port=1 connect_timeout=1"]):
+        done = run(*args)
+        body = json.loads(done.stdout)
+        assert body["ok"] is False and body["exit_code"] == done.returncode != 0
+        assert body["error"] in ("invalid_argument", "store_unavailable") and not done.stderr
+
+
+def test_every_command_has_a_description_and_exit_codes():
+    from kagent_governed_memory.cli import _parser
+
+    commands = ["demo", "dev-db", "migrate", "sweep", "status", "verify", "offboard", "unblock",
+                "keys", "keys generate", "keys public-key", "keys jwks"]
+    for command in commands:
+        done = run(*command.split(), "--help")
+        assert done.returncode == 0
+        head = done.stdout.split("options:")[0]
+        assert len(head.splitlines()) > 3, command  # usage, blank, a description
+        assert "exit codes:" in done.stdout and "  0  done" in done.stdout, command
+    assert "4  configuration" in run("status", "--help").stdout
+    # the --local-server default is what its help says
+    local = _parser().parse_args(["status"])
+    assert local.local_server is None  # resolved in main(): $KGM_LOCAL_SERVER, else example.org
+    assert "else example.org" in run("status", "--help").stdout
+
+
+async def test_status_text_has_dates_zones_and_human_durations(database):
+    assert run("migrate", "--dsn", database.owner_dsn).returncode == 0
+    key = make_key()
+    s = await open_store(database)
+    try:
+        await s.grant(key, purpose=PURPOSE)
+    finally:
+        await s.close()
+    done = run("status", "--dsn", database.dsn, "--principal", key.principal.mxid,
+               "--namespace", key.agent.namespace, "--agent", key.agent.name,
+               "--room", key.scope.room_id)
+    assert done.returncode == 0, done.stderr
+    assert "max_ttl: 7 days" in done.stdout and "P7D" not in done.stdout
+    assert re.search(r"consent_expires_at: \d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+00:00",
+                     done.stdout), done.stdout
+
+
+def test_human_duration_and_timestamp():
+    from datetime import datetime, timedelta, timezone
+
+    from kagent_governed_memory._cli_text import human_duration, timestamp
+
+    assert human_duration(timedelta(days=7)) == "7 days"
+    assert human_duration(timedelta(days=1, hours=2)) == "1 day 2 hours"
+    assert human_duration(timedelta(seconds=90)) == "1 minute 30 seconds"
+    assert human_duration(timedelta(0)) == "0 seconds"
+    assert timestamp(datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone(timedelta(hours=2)))) == \
+        "2026-01-02T01:04:05+00:00"

@@ -114,3 +114,14 @@ async def test_offboard_cli_reports_progress_and_failures(store, database):
     assert done.returncode == 1
     assert "verification_failed" in done.stdout and "offboarding" in done.stderr
     assert key.principal.mxid not in done.stdout
+
+
+async def test_verify_names_the_overdue_scopes(store, database):
+    key = make_key()
+    g = (await store.grant(key, purpose=PURPOSE)).generation
+    sid = scope_uuid(database, key)
+    with database.admin() as conn:
+        plant(conn, sid, g, "long expired", "now() - interval '2 days'")
+    done = cli("verify", "--dsn", database.dsn)
+    assert done.returncode == 1 and "VIOLATION expired_overdue: 1" in done.stdout
+    assert f"  scope {sid}" in done.stdout and "long expired" not in done.stdout

