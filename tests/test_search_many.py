@@ -191,6 +191,12 @@ async def test_schema_version_is_10_and_down_removes_it(store, database):
             conn.execute("RESET search_path")
             assert conn.execute("SELECT to_regprocedure(%s)", [SIGNATURE]).fetchone()[0] is None
             assert conn.execute("SELECT memory_schema_version()").fetchone()[0] == 9
+            # the embedding's storage is the type's own again (pgvector: EXTERNAL)
+            assert conn.execute(
+                "SELECT a.attstorage = t.typstorage AND t.typstorage = 'e'"
+                "  FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid"
+                " WHERE a.attrelid = 'memory_entry'::regclass AND a.attname = 'embedding'"
+            ).fetchone()[0]
             conn.execute(m.up)
             conn.execute("RESET search_path")
         assert conn.execute("SELECT memory_schema_version()").fetchone()[0] == 10
