@@ -7,6 +7,8 @@ be erased and the erasure verified; no log, trace, metric or error carries memor
 Importing this package changes no global logging or tracing configuration.
 """
 
+from typing import TYPE_CHECKING
+
 from .admission import Admission
 from .assertion import ScopeAssertion, sign_scope_assertion, verify_scope_assertion
 from .control_room import (
@@ -34,7 +36,16 @@ from .errors import (
     StaleGeneration,
     StoreUnavailable,
 )
-from .identity import AgentIdentity, MemoryScope, OriginKind, Principal, ScopeKey, ScopeKind
+from .identity import (
+    AgentIdentity,
+    MemoryScope,
+    OriginKind,
+    OriginName,
+    Principal,
+    ScopeKey,
+    ScopeKind,
+    ScopeKindName,
+)
 from .keys import (
     generate_private_key,
     load_private_key,
@@ -66,19 +77,26 @@ from .telemetry import (
     install_content_free_logging,
 )
 
+if TYPE_CHECKING:  # real types for the lazily imported names below
+    from .adk import GovernedMemoryService, configure_governed_memory
+
+# The version's single definition: the build backend reads it from here (pyproject.toml,
+# [tool.hatch.version]).
 __version__ = "0.1.0"
 
-# google-adk is imported on first use of these names, not by ``import kagent_governed_memory``
-# (it is heavy, and the store, CLI and bridge-side code do not need it).
+# google-adk (the ``adk`` extra) is imported on first use of these names, not by
+# ``import kagent_governed_memory`` (it is heavy, and the store, CLI and bridge-side code do not
+# need it).
 _ADK_NAMES = {"GovernedMemoryService", "configure_governed_memory"}
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> object:
     if name in _ADK_NAMES:
         from . import adk
 
         return getattr(adk, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "ASSERTION_HEADER",
@@ -117,6 +135,7 @@ __all__ = [
     "OffboardReport",
     "OpenAICompatibleEmbedder",
     "OriginKind",
+    "OriginName",
     "Principal",
     "ProviderError",
     "ReasonCode",
@@ -124,6 +143,7 @@ __all__ = [
     "ScopeDenied",
     "ScopeKey",
     "ScopeKind",
+    "ScopeKindName",
     "ScopeOutcome",
     "ScopeStatus",
     "StaleGeneration",

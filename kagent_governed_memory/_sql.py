@@ -6,6 +6,7 @@ import re
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
+from importlib.resources.abc import Traversable
 
 __all__ = ["Migration", "migrations", "query"]
 
@@ -21,7 +22,7 @@ class Migration:
     down: str
 
 
-def _sql_dir():
+def _sql_dir() -> Traversable:
     return resources.files("kagent_governed_memory").joinpath("sql")
 
 

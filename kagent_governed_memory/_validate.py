@@ -9,6 +9,8 @@ from __future__ import annotations
 import math
 import uuid
 from array import array
+from collections.abc import Iterable
+from typing import cast
 
 from pgvector import Vector
 
@@ -63,10 +65,10 @@ def _floats(values: object, dimension: int) -> list[float] | None:
     overflow)."""
     if isinstance(values, str | bytes) or not hasattr(values, "__len__"):
         return None
-    if len(values) != dimension:  # type: ignore[arg-type]
+    if len(values) != dimension:
         return None
     try:
-        numbers = array("d", values)  # type: ignore[arg-type]
+        numbers = array("d", cast("Iterable[float]", values))  # any iterable: checked here
     except (TypeError, ValueError, OverflowError):
         return None
     if not math.isfinite(sum(numbers)) and not all(map(math.isfinite, numbers)):

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterator
 from enum import StrEnum
-from typing import Any
+from typing import Any, overload
 
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
@@ -290,13 +290,22 @@ def _event_parts(event: Any) -> tuple[str, str, dict[str, Any]]:
     return etype, key, content
 
 
+@overload
+def _str_field(content: dict[str, Any], field: str, limit: int = ..., *, default: str) -> str: ...
+
+
+@overload
+def _str_field(content: dict[str, Any], field: str, limit: int = ...,
+               default: None = None) -> str | None: ...
+
+
 def _str_field(content: dict[str, Any], field: str, limit: int = _MAX_VALUE_BYTES,
                default: str | None = None) -> str | None:
     """Absent → ``default`` (Matrix's, or None = "not set"); present but not a bounded str → bad."""
     if field not in content:
         return default
     value = content[field]
-    if not _bounded(value, limit):
+    if not isinstance(value, str) or not _bounded(value, limit):
         raise _invalid()
     return value
 

@@ -250,7 +250,7 @@ class MemoryControls:
             return InspectReply(entries=page.entries, next_cursor=page.next_cursor)
         if command.action == "forget":
             return ForgetReply(receipt=await self._store.forget(key, command.entry_id or ""))
-        action: Literal["forget_all", "off", "on"] = command.action  # type: ignore[assignment]
+        action: Literal["forget_all", "off", "on"] = command.action
         bound = f"{action}:{command.purpose}" if action == "on" else action
         if command.token is None:
             return self._confirmation(key, action, bound, command.purpose)

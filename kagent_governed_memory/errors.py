@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from enum import StrEnum
+from typing import Any
 
 __all__ = [
     "AdmissionDenied",
@@ -230,7 +231,8 @@ class GovernanceError(Exception):
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self._render()!r})"
 
-    def __reduce__(self):  # keep pickling content-free and lossless
+    def __reduce__(self) -> tuple[Any, tuple[type[GovernanceError], str, dict[str, str]]]:
+        # keep pickling content-free and lossless
         return (_rebuild, (type(self), self.reason.value, dict(self.ids)))
 
 

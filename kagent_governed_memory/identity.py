@@ -9,8 +9,9 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 import re
+from collections.abc import Iterator
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, model_validator
 
@@ -20,9 +21,11 @@ __all__ = [
     "AgentIdentity",
     "MemoryScope",
     "OriginKind",
+    "OriginName",
     "Principal",
     "ScopeKey",
     "ScopeKind",
+    "ScopeKindName",
     "server_name_of",
 ]
 
@@ -112,6 +115,11 @@ class OriginKind(StrEnum):
     FEDIVERSE_ACTOR = "fediverse_actor"
 
 
+OriginName = Literal[
+    "native_local", "external_appservice", "remote_federated", "oauth_client", "fediverse_actor"
+]
+"""The ``OriginKind`` values as strings: ``Principal(origin=...)`` takes either."""
+
 MATRIX_ISSUER = "matrix"
 """The issuer of Matrix principals in the store's ``(issuer, subject)`` key."""
 
@@ -123,6 +131,9 @@ class Principal(BaseModel):
 
     mxid: str
     origin: OriginKind
+
+    if TYPE_CHECKING:  # the validator below also takes the enum's value as a string
+        def __init__(self, *, mxid: str, origin: OriginKind | OriginName) -> None: ...
 
     @model_validator(mode="before")
     @classmethod
@@ -167,7 +178,7 @@ class Principal(BaseModel):
 
     __str__ = __repr__
 
-    def __repr_args__(self):  # rich and pydantic's own printers: no MXID
+    def __repr_args__(self) -> Iterator[tuple[str, str]]:  # rich, pydantic printers: no MXID
         yield "id", self.opaque_id
         yield "origin", self.origin.value
 
@@ -209,6 +220,10 @@ class ScopeKind(StrEnum):
     CROSS_ROOM = "cross_room"  # reserved (ADR 0023 §5): constructible, refused by the store
 
 
+ScopeKindName = Literal["control_room", "cross_room"]
+"""The ``ScopeKind`` values as strings: ``MemoryScope(kind=...)`` takes either."""
+
+
 class MemoryScope(BaseModel):
     """Where memory may be used: v1 admits exactly one single-subject control room (S3)."""
 
@@ -216,6 +231,10 @@ class MemoryScope(BaseModel):
 
     kind: ScopeKind
     room_id: str | None = None
+
+    if TYPE_CHECKING:  # the validator below also takes the enum's value as a string
+        def __init__(self, *, kind: ScopeKind | ScopeKindName, room_id: str | None = None
+                     ) -> None: ...
 
     @model_validator(mode="before")
     @classmethod
@@ -241,7 +260,7 @@ class MemoryScope(BaseModel):
 
     __str__ = __repr__
 
-    def __repr_args__(self):  # rich and pydantic's own printers: no room id
+    def __repr_args__(self) -> Iterator[tuple[str, str]]:  # rich, pydantic: no room id
         yield "kind", self.kind.value
 
 
@@ -267,8 +286,9 @@ class ScopeKey(BaseModel):
     @classmethod
     def _check(cls, data: Any) -> Any:
         data = _fields(data, "scope_key", {"principal", "agent", "scope"})
-        types = {"principal": Principal, "agent": AgentIdentity, "scope": MemoryScope}
-        out = {}
+        types: dict[str, type[BaseModel]] = {
+            "principal": Principal, "agent": AgentIdentity, "scope": MemoryScope}
+        out: dict[str, BaseModel] = {}
         for field, typ in types.items():
             value = data.get(field)
             if isinstance(value, dict):
@@ -308,7 +328,7 @@ class ScopeKey(BaseModel):
 
     __str__ = __repr__
 
-    def __repr_args__(self):
+    def __repr_args__(self) -> Iterator[tuple[str, str]]:
         yield "id", self.opaque_id
 
 

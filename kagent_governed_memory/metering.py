@@ -1,23 +1,30 @@
 """Metering (A4): bounded aggregate counters through the OpenTelemetry API.
 
-Two attributes only, both from closed sets: ``operation`` and ``outcome`` (``ok`` or a
-``ReasonCode``).  No scope, user, agent or room label exists, so none can be attached.
-Counts of admitted work are evidence after admission, never the limit itself, and are kept
-apart from chat-token metrics.
+Attributes come from closed sets only, named after OpenTelemetry's semantic conventions where
+one fits: ``kgm.memory.operation`` and ``kgm.memory.outcome`` (``ok`` or a ``ReasonCode``);
+``error.type`` (the reason code) when the operation did not succeed; ``gen_ai.operation.name``
+(``embeddings``, ``chat``) for the operations that call a model or an embedding provider.  No
+scope, user, agent or room label exists, so none can be attached.  Counts of admitted work are
+evidence after admission, never the limit itself, and are kept apart from chat-token metrics.
 """
 
 from __future__ import annotations
 
 import functools
+from collections.abc import Awaitable, Callable, Coroutine
 from enum import StrEnum
+from typing import Any, ParamSpec, TypeVar
 
 from opentelemetry import metrics, trace
 
 from .errors import ReasonCode
 
-__all__ = ["Metering", "Operation", "traced"]
+__all__ = ["Metering", "Operation", "attributes", "traced"]
 
 _tracer = trace.get_tracer("kagent_governed_memory")
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
 
 
 class Operation(StrEnum):
@@ -28,6 +35,20 @@ class Operation(StrEnum):
     SUMMARISE = "summarise"
     EMBED = "embed"
     DELETE = "delete"
+
+
+# OpenTelemetry GenAI semantic conventions' operation names, for ours that are one of them.
+_GEN_AI_OPERATION = {Operation.EMBED: "embeddings", Operation.SUMMARISE: "chat"}
+
+
+def attributes(operation: Operation, outcome: str = "ok") -> dict[str, str]:
+    """The metric (and span) attributes of one operation's outcome: closed sets only."""
+    attrs = {"kgm.memory.operation": operation.value, "kgm.memory.outcome": outcome}
+    if outcome != "ok":
+        attrs["error.type"] = outcome
+    if operation in _GEN_AI_OPERATION:
+        attrs["gen_ai.operation.name"] = _GEN_AI_OPERATION[operation]
+    return attrs
 
 
 class Metering:
@@ -46,24 +67,30 @@ class Metering:
 
     def count(self, operation: Operation, outcome: ReasonCode | str = "ok", n: int = 1) -> None:
         value = outcome.value if isinstance(outcome, ReasonCode) else "ok"
-        self._operations.add(n, {"operation": operation.value, "outcome": value})
+        self._operations.add(n, attributes(operation, value))
         span = trace.get_current_span()
         if span.is_recording() and getattr(span, "name", "").startswith("kgm."):
-            span.set_attributes({"kgm.outcome": value, "kgm.count": n})
+            span.set_attributes({"kgm.memory.outcome": value, "kgm.memory.count": n,
+                                 **({"error.type": value} if value != "ok" else {})})
 
     def embedded(self, n: int) -> None:
         if n > 0:
-            self._items.add(n, {"operation": Operation.EMBED.value, "outcome": "ok"})
+            self._items.add(n, attributes(Operation.EMBED))
 
 
-def traced(operation: Operation):
+def traced(
+    operation: Operation,
+) -> Callable[[Callable[_P, Awaitable[_R]]], Callable[_P, Coroutine[Any, Any, _R]]]:
     """Run a coroutine method inside a ``kgm.memory.<operation>`` span whose only attributes
-    are the operation, its outcome and a count (set by ``Metering.count``)."""
-    def wrap(fn):
+    are the operation, its outcome and a count (set by ``Metering.count``).  The decorated
+    method keeps its signature (``ParamSpec``)."""
+    def wrap(fn: Callable[_P, Awaitable[_R]]) -> Callable[_P, Coroutine[Any, Any, _R]]:
         @functools.wraps(fn)
-        async def run(*args, **kwargs):
+        async def run(*args: _P.args, **kwargs: _P.kwargs) -> _R:
             with _tracer.start_as_current_span(
-                f"kgm.memory.{operation.value}", attributes={"kgm.operation": operation.value},
+                f"kgm.memory.{operation.value}",
+                attributes={k: v for k, v in attributes(operation).items()
+                            if k != "kgm.memory.outcome"},
                 record_exception=False, set_status_on_exception=False,
             ):
                 return await fn(*args, **kwargs)

@@ -17,7 +17,7 @@ type) before the wrapped processor sees it.  Other records pass unchanged.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .telemetry import UPSTREAM_PREFIXES, _is, allowed_attributes
 
@@ -26,11 +26,17 @@ __all__ = ["ContentFreeLogRecordProcessor"]
 _CONTENT_FREE_BODY = "content-free"
 
 
-class ContentFreeLogRecordProcessor:
+if TYPE_CHECKING:  # typed as the SDK's processor; at run time duck-typed (no SDK import)
+    from opentelemetry.sdk._logs import LogRecordProcessor as _LogRecordProcessor
+else:
+    _LogRecordProcessor = object
+
+
+class ContentFreeLogRecordProcessor(_LogRecordProcessor):
     """A ``LogRecordProcessor`` that makes memory-related records content-free, then hands
     them to ``inner`` (duck-typed, so importing this needs no OpenTelemetry SDK)."""
 
-    def __init__(self, inner: Any) -> None:
+    def __init__(self, inner: _LogRecordProcessor) -> None:
         self._inner = inner
 
     def on_emit(self, log_data: Any) -> None:

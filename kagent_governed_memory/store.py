@@ -14,9 +14,9 @@ import struct
 import time
 import uuid
 import weakref
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
-from typing import Any, Self
+from typing import Any, Self, TypeVar
 
 import psycopg
 from pgvector.psycopg import register_vector_async
@@ -64,6 +64,7 @@ __all__ = ["EMBEDDING_DIMENSION", "MAX_PAGE_SIZE", "MAX_SEARCH_LIMIT", "MAX_SEAR
            "GovernedMemoryStore"]
 
 _log = logging.getLogger("kagent_governed_memory.store")
+_T = TypeVar("_T")
 
 MAX_PAGE_SIZE = 50
 MAX_SEARCH_LIMIT = 50
@@ -85,7 +86,7 @@ class GovernedMemoryStore:
     def __init__(
         self, pool: AsyncConnectionPool | None, *, local_server: str, policy: MemoryPolicy
     ) -> None:
-        self._pool = pool  # type: ignore[assignment]
+        self._pool = pool
         self._local_server = local_server
         self.policy = policy
         self._vector_ready: weakref.WeakSet[Any] = weakref.WeakSet()
@@ -160,7 +161,8 @@ class GovernedMemoryStore:
     async def close(self) -> None:
         if self._sweeper is not None:
             await self._sweeper.stop()
-        await self._pool.close()
+        if self._pool is not None:
+            await self._pool.close()
 
     async def __aenter__(self) -> Self:
         return self
@@ -556,13 +558,16 @@ class GovernedMemoryStore:
                    (time.perf_counter() - started) * 1000)
         return rows
 
-    async def _with_conn(self, op: str, work: Any) -> Any:
+    async def _with_conn(
+        self, op: str, work: Callable[[psycopg.AsyncConnection[Any]], Awaitable[_T]]
+    ) -> _T:
         """Run ``work(conn)``; database errors leave as content-free errors with no chain.
 
         The translated error is raised *outside* the ``except`` block so that neither
         ``__cause__`` nor ``__context__`` keeps the original (whose text echoes row values).
         """
         failed: GovernanceError | None = None
+        assert self._pool is not None, "create a store with: await GovernedMemoryStore.open(...)"
         try:
             async with self._pool.connection() as conn:
                 return await work(conn)

@@ -30,7 +30,7 @@ import os
 import re
 import threading
 from collections.abc import Iterable, Sequence
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from .errors import GovernanceError, InvalidInput, ReasonCode
 
@@ -159,7 +159,7 @@ class ContentFreeLogging(logging.Filter):
 
         make_record.__kgm_sanitizer__ = self  # type: ignore[attr-defined]
         self._original_make_record = original
-        logging.Logger.makeRecord = make_record  # type: ignore[method-assign]
+        logging.Logger.makeRecord = make_record  # type: ignore[method-assign, assignment]
         for handler in logging.getLogger().handlers:
             handler.addFilter(self)
             self._handlers.append(handler)
@@ -213,7 +213,8 @@ _ALLOWED_ATTRIBUTES = frozenset({
     "gen_ai.tool.call.id", "gen_ai.usage.input_tokens", "gen_ai.usage.output_tokens",
     "gen_ai.response.finish_reasons", "gen_ai.conversation.id", "gcp.vertex.agent.event_id",
     "gcp.vertex.agent.invocation_id", "gcp.vertex.agent.session_id", "error.type",
-    "kgm.operation", "kgm.outcome", "kgm.count", "db.system", "db.operation",
+    "kgm.memory.operation", "kgm.memory.outcome", "kgm.memory.count", "db.system",
+    "db.operation",
     "db.system.name", "db.operation.name",
 })
 
@@ -234,14 +235,20 @@ def allowed_attributes(attributes: Any) -> dict[str, Any]:
 _allowed = allowed_attributes
 
 
-class ContentFreeSpanProcessor:
+if TYPE_CHECKING:  # typed as the SDK's span processor; at run time duck-typed (no SDK import)
+    from opentelemetry.sdk.trace import SpanProcessor as _SpanProcessor
+else:
+    _SpanProcessor = object
+
+
+class ContentFreeSpanProcessor(_SpanProcessor):
     """Wraps the exporting span processor: memory-related spans are passed on as sanitized
     copies.  Use it in place of the processor it wraps::
 
         provider.add_span_processor(ContentFreeSpanProcessor(BatchSpanProcessor(exporter)))
     """
 
-    def __init__(self, wrapped: Any) -> None:
+    def __init__(self, wrapped: _SpanProcessor) -> None:
         self._wrapped = wrapped
 
     def on_start(self, span: Any, parent_context: Any = None) -> None:
@@ -287,7 +294,7 @@ class ContentFreeSpanProcessor:
         self._wrapped.shutdown()
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
-        return self._wrapped.force_flush(timeout_millis)
+        return bool(self._wrapped.force_flush(timeout_millis))
 
 
 SpanContentMode = Literal["warn", "refuse", "ignore"]
@@ -313,5 +320,11 @@ def check_adk_span_content(mode: SpanContentMode = "warn") -> bool:
         raise GovernanceError(ReasonCode.SPAN_CONTENT_CAPTURE)
     if mode == "warn":
         logging.getLogger(f"{OWN_PREFIX}.telemetry").warning(
-            "adk span content capture is on reason=%s", ReasonCode.SPAN_CONTENT_CAPTURE.value)
+            "adk span content capture is on reason=%s: google-adk writes tool results "
+            "(recalled memory) into spans and GenAI log events; they leave the process "
+            "content-free only through exporters wrapped in ContentFreeSpanProcessor and "
+            "ContentFreeLogRecordProcessor. To stop the capture, set "
+            "ADK_CAPTURE_MESSAGE_CONTENT_IN_SPANS=false and leave "
+            "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT unset",
+            ReasonCode.SPAN_CONTENT_CAPTURE.value)
     return False

@@ -87,7 +87,7 @@ async def test_withdraw_fences_a_background_autosave_already_running(store, data
     h.model.gate.set()
     await h.service.drain()
     assert physical_rows(database, key) == 0
-    outcomes = {(m[1]["operation"], m[1]["outcome"]) for m in h.metrics()}
+    outcomes = {(m[1]["kgm.memory.operation"], m[1]["kgm.memory.outcome"]) for m in h.metrics()}
     assert outcomes & {("save", "stale_generation"), ("save", "consent_required")}
 
 
@@ -330,7 +330,7 @@ async def test_malformed_summaries_store_nothing_and_log_no_content(store, datab
     assert h.model.calls.count("summarise") == 1
     assert physical_rows(database, key) == 0
     assert sentinel not in caplog.text
-    outcomes = {m[1]["outcome"] for m in h.metrics() if m[1]["operation"] == "summarise"}
+    outcomes = {m[1]["kgm.memory.outcome"] for m in h.metrics() if m[1]["kgm.memory.operation"] == "summarise"}
     assert outcomes & {"summary_malformed", "summary_too_many_facts"}
 
 
@@ -347,7 +347,7 @@ async def test_summariser_failure_and_overlong_facts(store, database, caplog):
     assert h.model.calls.count("summarise") == 2
     assert [e.text for e in (await store.inspect(key)).entries] == ["short fact"]
     assert sentinel not in caplog.text
-    outcomes = {(m[1]["operation"], m[1]["outcome"]) for m in h.metrics()}
+    outcomes = {(m[1]["kgm.memory.operation"], m[1]["kgm.memory.outcome"]) for m in h.metrics()}
     assert ("summarise", "model_failed") in outcomes
 
 
@@ -389,9 +389,17 @@ async def test_metering_has_only_operation_and_outcome(store, database):
                  key.scope.room_id, "tea"]
     ops = set()
     for _, attrs, value in metrics:
-        assert set(attrs) == {"operation", "outcome"} and value >= 1
+        # OpenTelemetry semantic conventions: error.type only on failure, gen_ai.operation.name
+        # for the model/embedding operations; nothing else
+        assert {"kgm.memory.operation", "kgm.memory.outcome"} <= set(attrs) <= {
+            "kgm.memory.operation", "kgm.memory.outcome", "error.type", "gen_ai.operation.name"}
+        assert value >= 1
+        assert attrs.get("error.type") == (None if attrs["kgm.memory.outcome"] == "ok"
+                                           else attrs["kgm.memory.outcome"])
+        assert attrs.get("gen_ai.operation.name") == {"embed": "embeddings", "summarise": "chat"
+                                                      }.get(attrs["kgm.memory.operation"])
         assert not any(f in str(attrs) for f in forbidden)
-        ops.add((attrs["operation"], attrs["outcome"]))
+        ops.add((attrs["kgm.memory.operation"], attrs["kgm.memory.outcome"]))
     assert {("request", "consent_required"), ("save", "ok"), ("retrieve", "ok"),
             ("summarise", "ok"), ("request", "assertion_missing")} <= ops
 

@@ -207,3 +207,19 @@ def test_adk_span_content_check_agrees_with_adk(monkeypatch, value):
     monkeypatch.delenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", raising=False)
     # never "off" while ADK still writes content into its spans
     assert not (check_adk_span_content("ignore") and _adk_puts_content_in_legacy_spans())
+
+
+def test_metric_and_span_attributes_follow_otel_semantic_conventions() -> None:
+    """error.type on failure only; gen_ai.operation.name where an OTel GenAI operation fits;
+    our own attributes namespaced (kgm.memory.*); closed sets, no content."""
+    from kagent_governed_memory.metering import Operation, attributes
+
+    assert attributes(Operation.SAVE) == {"kgm.memory.operation": "save",
+                                          "kgm.memory.outcome": "ok"}
+    assert attributes(Operation.EMBED, "rate_limited") == {
+        "kgm.memory.operation": "embed", "kgm.memory.outcome": "rate_limited",
+        "error.type": "rate_limited", "gen_ai.operation.name": "embeddings"}
+    assert attributes(Operation.SUMMARISE)["gen_ai.operation.name"] == "chat"
+    for op in Operation:
+        assert set(attributes(op, "consent_required")) <= {
+            "kgm.memory.operation", "kgm.memory.outcome", "error.type", "gen_ai.operation.name"}

@@ -124,8 +124,8 @@ async def test_no_embedding_after_a_withdrawal_commits(store, database):
     await h.service.drain()
     assert h.embedder.calls == embedded
     assert physical_rows(database, key) == 0
-    assert any(attrs.get("operation") == "save"
-               and attrs.get("outcome") == ReasonCode.STALE_GENERATION.value
+    assert any(attrs.get("kgm.memory.operation") == "save"
+               and attrs.get("kgm.memory.outcome") == ReasonCode.STALE_GENERATION.value
                for _, attrs, _ in h.metrics())
 
 
@@ -143,5 +143,5 @@ async def test_generic_adk_hooks_do_not_bypass_the_five_turn_rule(store, databas
         await h.service.add_events_to_memory(app_name="a", user_id="u", events=session.events)
     await h.service.drain()
     assert h.summariser_prompts == [] and physical_rows(database, key) == 0
-    outcomes = [attrs.get("outcome") for _, attrs, _ in h.metrics()]
+    outcomes = [attrs.get("kgm.memory.outcome") for _, attrs, _ in h.metrics()]
     assert ReasonCode.AUTOSAVE_CALLBACK_ONLY.value in outcomes

@@ -15,6 +15,7 @@ turns handed to a summariser leave it, so nothing is summarised twice.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ReasonCode
@@ -66,7 +67,9 @@ def eligible_events(session: Session, checkpoint: dict[str, Any]) -> list[Event]
     return [e for e in session.events if e.invocation_id in turns and event_line(e)]
 
 
-def make_turn_start_callback(service: GovernedMemoryService):
+def make_turn_start_callback(
+    service: GovernedMemoryService,
+) -> Callable[[CallbackContext], Awaitable[None]]:
     """A ``before_agent_callback``: capture the generation before the model runs and record
     this turn under it (a turn that starts without valid consent is recorded nowhere)."""
 
@@ -96,7 +99,9 @@ def _run_config_captures_content(callback_context: CallbackContext) -> bool:
     return mode is not None and str(getattr(mode, "name", mode)).upper() != "NO_CONTENT"
 
 
-def make_autosave_callback(service: GovernedMemoryService):
+def make_autosave_callback(
+    service: GovernedMemoryService,
+) -> Callable[[CallbackContext], Awaitable[None]]:
     """An ``after_agent_callback`` that schedules a tracked background auto-save."""
 
     async def governed_autosave_callback(callback_context: CallbackContext) -> None:

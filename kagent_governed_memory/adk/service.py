@@ -13,7 +13,7 @@ import logging
 import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from google.adk.memory.base_memory_service import BaseMemoryService, SearchMemoryResponse
 from google.adk.memory.memory_entry import MemoryEntry
@@ -25,9 +25,10 @@ from ..errors import GovernanceError, InvalidInput, ReasonCode
 from ..identity import AgentIdentity, ScopeKey
 from ..ledger import redeem_scope_assertion
 from ..metering import Metering, Operation, traced
-from ..models import MemoryRecord
+from ..models import ErasureReceipt, MemoryRecord
 from ..request import RequestBinding, current_request
-from ..store import MAX_SEARCH_QUERIES, GovernedMemoryStore, _check_fact
+from .._validate import _check_fact
+from ..store import MAX_SEARCH_QUERIES, GovernedMemoryStore
 from ..telemetry import SpanContentMode, check_adk_span_content
 from .recall import Recalled
 from .summariser import summarise
@@ -224,7 +225,7 @@ class GovernedMemoryService(BaseMemoryService):
                              _type_name(failed_type))
             return None
         self.metering.embedded(len(texts))
-        return vectors
+        return cast("list[list[float]]", vectors)  # each vector is checked by the store
 
     # -- retrieval --------------------------------------------------------------------------
 
@@ -362,7 +363,7 @@ class GovernedMemoryService(BaseMemoryService):
         """Run ``autosave`` in the background, tracked so ``withdraw`` can cancel it."""
         task = asyncio.get_running_loop().create_task(self.autosave(who, lines))
         self._tasks[task] = who.key.opaque_id
-        task.add_done_callback(self._tasks.pop)  # type: ignore[arg-type]
+        task.add_done_callback(self._tasks.pop)
         task.add_done_callback(_retrieve_outcome)
         return task
 
@@ -371,7 +372,7 @@ class GovernedMemoryService(BaseMemoryService):
         while self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
 
-    async def withdraw(self, key: ScopeKey):
+    async def withdraw(self, key: ScopeKey) -> ErasureReceipt:
         """Cancel this key's pending auto-saves, then withdraw in the store (C4).  Cancelling
         is a courtesy: the generation fence is what guarantees nothing lands afterwards."""
         pending = [t for t, k in list(self._tasks.items()) if k == key.opaque_id]

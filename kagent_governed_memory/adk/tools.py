@@ -7,7 +7,7 @@ service and the database, so a prompt asking the agent to ignore them changes no
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from google.adk.tools.base_tool import BaseTool
 from google.genai import types
@@ -15,6 +15,7 @@ from google.genai import types
 from .callbacks import make_autosave_callback, make_turn_start_callback
 
 if TYPE_CHECKING:
+    from google.adk.agents.llm_agent import LlmAgent
     from google.adk.models.llm_request import LlmRequest
     from google.adk.tools.tool_context import ToolContext
 
@@ -66,7 +67,8 @@ class GovernedLoadMemoryTool(BaseTool):
         store keeps, so it carries only a count and opaque ids; the recalled text reaches the
         model through this invocation's LLM requests (``process_llm_request``) and nowhere
         else, so a later ``forget`` or withdrawal leaves no copy in the chat session."""
-        hits = await self._service.recall(args.get("query"), explicit=True)
+        query = args.get("query")  # a missing or non-string query: no memory (invalid_text)
+        hits = await self._service.recall(query if isinstance(query, str) else "", explicit=True)
         if not isinstance(hits, list):
             return {"status": "unavailable", "reason": hits.value}
         self._service.recalled.put(tool_context.invocation_id, hits)
@@ -142,10 +144,19 @@ def render_memories(records: list[MemoryRecord]) -> str:
 
 
 
-def configure_governed_memory(agent: Any, service: GovernedMemoryService, *,
-                              instruction: bool = True) -> Any:
+_Agent = TypeVar("_Agent", bound="LlmAgent")
+
+
+def configure_governed_memory(agent: _Agent, service: GovernedMemoryService, *,
+                              instruction: bool = True) -> _Agent:
     """Install governed memory into an ADK ``LlmAgent`` in place of kagent's (or ADK's)
     ungoverned tools and auto-save callback.  Idempotent; returns the agent."""
+    _configure(agent, service, instruction=instruction)
+    return agent
+
+
+def _configure(agent: Any, service: GovernedMemoryService, *, instruction: bool) -> None:
+    # duck-typed: kagent's agents and test doubles carry the same attributes
     tools = [t for t in (agent.tools or []) if _name(t) not in _REPLACED_TOOLS]
     agent.tools = [*tools, GovernedPrefetchMemoryTool(service), GovernedLoadMemoryTool(service),
                    GovernedSaveMemoryTool(service)]
@@ -162,7 +173,6 @@ def configure_governed_memory(agent: Any, service: GovernedMemoryService, *,
     agent.before_agent_callback = [*before, make_turn_start_callback(service)]
     if instruction and isinstance(agent.instruction, str) and INSTRUCTION not in agent.instruction:
         agent.instruction = agent.instruction + INSTRUCTION
-    return agent
 
 
 def _name(obj: Any) -> str:
