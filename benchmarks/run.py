@@ -765,6 +765,9 @@ async def count_round_trips(dsn: str, app_dsn: str, upstream: UpstreamSQL,
 
         key = scope_key(scope)
         gov["search"] = await counter.count(pooled, lambda: store.search(key, generation, floats))
+        eight = [v.to_list() for v in vectors[:8]]
+        gov["prefetch_8"] = await counter.count(
+            pooled, lambda: store.search_many(key, generation, eight))
         k1 = scope_key("rt-grant")
         gov["grant"] = await counter.count(pooled, lambda: store.grant(k1, purpose=PURPOSE))
         gov["generation"] = await counter.count(pooled, lambda: store.generation(k1))
@@ -789,6 +792,11 @@ async def count_round_trips(dsn: str, app_dsn: str, upstream: UpstreamSQL,
                                                                              scope))
         ups["search_sql"] = await counter.count(up, lambda: upstream_search(up, upstream, vec,
                                                                             scope))
+
+        async def upstream_prefetch() -> None:
+            for v in vectors[:8]:
+                await upstream_search_path(up, upstream, v, scope)
+        ups["prefetch_8"] = await counter.count(up, upstream_prefetch)
         ups["save"] = await counter.count(
             up, lambda: upstream_insert(up, upstream, mxid("rt-writer"), "rt one", vec))
         ups["save_10"] = await counter.count(
@@ -1223,6 +1231,9 @@ def build_rows(size: Size, search: dict[str, Any], recall: dict[str, dict[str, f
     g, u = trips["governed"], trips["upstream"]
     rt = [("rt_search", "Round trips: search (upstream: query + access-count update)",
            u["search"], g["search"]),
+          ("rt_prefetch", "Round trips: prefetch of 8 sub-queries (upstream: 8 × (query + "
+                          "access-count update); governed: one memory_search_many)",
+           u["prefetch_8"], g["prefetch_8"]),
           ("rt_save", "Round trips: save 1 fact", u["save"], g["save"]),
           ("rt_save_10", "Round trips: save 10 facts (upstream: BEGIN, 10 inserts, COMMIT)",
            u["save_10"], g["save_10"]),

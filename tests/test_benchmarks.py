@@ -56,6 +56,7 @@ TINY = bench.Size("tiny", scopes=8, facts=20, scaling=(4, 8), search_iters=30, w
 
 ROWS = {"search", "search_sql", "search_path", "recall_default", "short_default",
         "recall_relaxed", "short_relaxed", "save", "save_10", "forget", "withdraw", "rt_search",
+        "rt_prefetch",
         "rt_save", "rt_save_10", "rt_erase", "rt_other", "log_own", "log_upstream",
         "scale_80", "scale_160"}
 
@@ -85,6 +86,7 @@ async def test_every_row_measured_at_a_tiny_size(database):
     assert (gov["grant"], gov["generation"], gov["admit"], gov["forget_all"]) == (1, 1, 1, 2)
     assert (up["search"], up["search_sql"], up["save"], up["save_10"], up["delete"]) == (
         2, 1, 1, 12, 1)
+    assert (gov["prefetch_8"], up["prefetch_8"]) == (1, 16)
     assert report.meta["rows_at_end"]["upstream"] > 0
     assert {"upstream_search", "governed_search_inner", "profile_store_search",
             "withdraw_steps", "profile_log_sanitizer"} <= set(report.plans)
@@ -162,3 +164,81 @@ def test_assertion_cost_runs_at_a_tiny_size():
         "sign (bridge)": 6, "verify (runtime)": 6, "generation (no ledger)": 6,
         "redeem (ledger)": 6}
     assert all(t > 0 for xs in times.values() for t in xs)
+
+
+# -- issue 16: the load, per-turn and scaling modes, at a tiny size ---------------------------
+
+load = _load("kgm_benchmarks_load", "load.py")
+TINY_LOAD = load.LoadSize("tiny", scopes=12, facts=5, concurrency=(1, 4), turns=12, pool=2,
+                          storm_concurrency=4)
+
+
+async def test_load_benchmark_at_a_tiny_size(database):
+    """benchmarks/load.py: every (side, C) run, per-operation percentiles, no errors, and the
+    withdrawal storm stores nothing stale (counted in SQL afterwards)."""
+    result = await load.run_load(database.owner_dsn, SHAPED, TINY_LOAD, app_dsn=database.dsn,
+                                 admin_dsn=database.admin_dsn)
+    runs = {(r["side"], r["concurrency"]): r for r in result["runs"]}
+    assert set(runs) == {(s, c) for s in load.SIDES for c in (1, 4)} | {
+        ("governed (storm)", 4), ("upstream (storm)", 4)}
+    for (side, c), r in runs.items():
+        assert r["errors"] == {}, (side, c, r["errors"])
+        assert r["turns"] == c * max(10, TINY_LOAD.turns // c) and r["turns_per_s"] > 0
+        assert r["ops"]["turn"]["n"] == r["turns"] and r["ops"]["prefetch"]["p99"] > 0
+        if "storm" not in side:
+            assert r["refusals"] == {}, (side, c)
+        if side.startswith("governed") and "storm" not in side:
+            assert {"redeem", "admit", "prefetch", "save", "inspect"} <= set(r["ops"])
+    storm = runs[("governed (storm)", 4)]["storm"]
+    assert storm["withdrawn_scopes"] == max(1, round(TINY_LOAD.scopes * 0.1))
+    assert (storm["rows_in_disabled_scopes"], storm["stale_generation_rows"],
+            storm["rows_in_withdrawn_scopes_sql"]) == (0, 0, 0)
+    assert storm["withdrawn_scopes_disabled_sql"] == storm["withdrawn_scopes"]
+    assert "rows_in_deleted_pairs" in runs[("upstream (storm)", 4)]["storm"]
+    table = load.render(result)
+    assert "| 4 | governed |" in table and "Knee" in table and "governed (storm)" in table
+    assert load.knee(result, "governed") in (1, None)
+    assert "load average" in load.caption(result)
+
+
+async def test_adk_turn_benchmark_at_a_tiny_size(database):
+    """benchmarks/adk_turn.py: a real Runner per agent kind; every kind timed, the governed
+    agent's auto-save ran."""
+    turn = _load("kgm_benchmarks_adk_turn", "adk_turn.py")
+    result = await turn.measure(database.dsn, database.owner_dsn, sessions=2, turns=5, facts=5,
+                                scopes=2)
+    for kind in turn.KINDS:
+        assert len(result["times"][kind]["first"]) == 2
+        assert len(result["times"][kind]["later"]) == 8
+    assert len(result["autosave"]) == 2
+    assert "| governed |" in turn.render(result)
+
+
+async def test_scaling_step_at_a_tiny_size(database):
+    """benchmarks/scaling.py's measuring step on both layouts; migration 000010 leaves
+    memory_entry in the inline layout."""
+    scaling = _load("kgm_benchmarks_scaling", "scaling.py")
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    from kagent_governed_memory.migrations import migrate
+
+    dsn = await bench.prepare_schema(database.owner_dsn, "kgm_scale_tiny")
+    opts = conninfo_to_dict(dsn)["options"]
+    app = make_conninfo(database.dsn, options=opts)
+    admin = make_conninfo(database.admin_dsn, options=opts)
+    await migrate(dsn, local_server=bench.LOCAL)
+    async with await bench.connect(admin) as conn:
+        row = await (await conn.execute(
+            "SELECT a.attstorage, c.reloptions FROM pg_attribute a JOIN pg_class c"
+            " ON c.oid = a.attrelid WHERE a.attrelid = 'memory_entry'::regclass"
+            " AND a.attname = 'embedding'")).fetchone()
+        assert row[0] == "m" and "toast_tuple_target=8160" in row[1]
+    size = bench.Size("tiny", 4, 5, (), recall_queries=16)
+    async with await bench.connect(dsn) as conn:
+        await bench.generate_source(conn, size, lambda _m: None)
+        await bench.load_governed(conn, 0, 4, size, lambda _m: None)
+        queries = [r[0].to_list() for r in await (await conn.execute(
+            "SELECT embedding FROM bench_query ORDER BY i")).fetchall()]
+    m = await scaling.measure_step(app, admin, 4, queries, 5, 1)
+    assert m["recall"] == 1.0 and m["median"] > 0 and m["buffers_per_search"] > 0
+    assert set(await scaling.sizes(admin)) == {"heap_mb", "toast_mb", "total_mb"}

@@ -40,7 +40,7 @@ ENTRY_POINTS = {
     "memory_status", "memory_forget", "memory_disable",
     "memory_clear", "memory_verify_erasure", "memory_record_failure", "memory_configure",
     "memory_admit", "memory_store_report", "memory_sweep",
-    "memory_schema_version", "memory_redeem_assertion",
+    "memory_schema_version", "memory_redeem_assertion", "memory_search_many",
 }
 HELPER_CALLS = [
     "SELECT memory_scope_row('matrix','@a:example.org','kagent','a','control_room','!r')",

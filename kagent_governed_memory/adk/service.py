@@ -28,7 +28,7 @@ from ..metering import Metering, Operation, traced
 from ..models import ErasureReceipt, MemoryRecord
 from ..request import RequestBinding, current_request
 from .._validate import _check_fact
-from ..store import GovernedMemoryStore
+from ..store import MAX_SEARCH_QUERIES, GovernedMemoryStore
 from ..telemetry import SpanContentMode, check_adk_span_content
 from .recall import Recalled
 from .summariser import summarise
@@ -278,14 +278,15 @@ class GovernedMemoryService(BaseMemoryService):
         if vectors is None:
             return []
         seen: dict[str, MemoryRecord] = {}
-        for vector in vectors:
+        for at in range(0, len(vectors), MAX_SEARCH_QUERIES):  # one round trip per 8 sub-queries
             try:
-                hits = await self.store.search(who.key, who.generation, vector,
-                                               limit=policy.search_limit)
+                found = await self.store.search_many(
+                    who.key, who.generation, vectors[at:at + MAX_SEARCH_QUERIES],
+                    limit=policy.search_limit)
             except GovernanceError as exc:
                 self._fail(Operation.PREFETCH, exc.reason, who)
                 return []
-            for hit in hits:
+            for hit in (h for hits in found for h in hits):
                 seen.setdefault(hit.id, hit)
         self.metering.count(Operation.PREFETCH, n=len(bounded))
         return list(seen.values())

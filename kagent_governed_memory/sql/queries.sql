@@ -1,6 +1,6 @@
 -- Every statement the library runs, in sqlc's `-- name: Name :kind` format with $n parameters,
 -- so the Go controller patch carries the same text (see patches/).  Each is one round trip and
--- one transaction; the rules live in the functions of migrations 000004-000008.
+-- one transaction; the rules live in the functions of migrations 000004-000010.
 -- Key parameters $1..$6: principal_issuer, principal_subject, agent_namespace, agent_name,
 -- scope_kind, room_id.  Run as a member of kagent_memory_service (EXECUTE on these functions,
 -- nothing else), except UnblockMemoryPrincipal, which only the owner may run.
@@ -24,6 +24,12 @@ FROM memory_save($1, $2, $3, $4, $5, $6, $7, $8, $9, $10);
 -- name: SearchMemoryEntries :many
 SELECT id, content, created_at, expires_at, distance
 FROM memory_search($1, $2, $3, $4, $5, $6, $7, $8, $9, $10);
+
+-- name: SearchMemoryEntriesMany :many
+-- $9 vector[] of 1..8 query vectors (a prefetch's sub-queries): one statement, fenced once;
+-- each row is tagged with the 1-based ordinal of its query (000010).
+SELECT query_ordinal, id, content, created_at, expires_at, distance
+FROM memory_search_many($1, $2, $3, $4, $5, $6, $7, $8, $9, $10);
 
 -- name: InspectMemoryEntries :many
 SELECT id, content, created_at, expires_at
