@@ -39,7 +39,7 @@ ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "scripts" / "sync_patch_sql.py"
 PATCHES = ROOT / "patches" / "kagent-v0.9.11"
 SQL_DIR = ROOT / "kagent_governed_memory" / "sql"
-GO_SERIES = 9  # 0001-0009; other numbers belong to the Python runtime series
+GO_SERIES = 16  # 0001-0016 (controller, CRD, chart); 0101-0105 are the Python runtime series
 
 _spec = importlib.util.spec_from_file_location("sync_patch_sql", SCRIPT)
 assert _spec and _spec.loader
@@ -84,9 +84,10 @@ def named_queries(text: str) -> dict[str, str]:
     return out
 
 
-def memory_sql_images() -> tuple[str, str]:
-    """(before, after) text of the memory.sql hunks of the legacy-query patch."""
-    section = sps.parse_patch(go_patch(2)).section("go/core/internal/database/queries/memory.sql")
+def memory_sql_images(number: int = 2) -> tuple[str, str]:
+    """(before, after) text of the memory.sql hunks of a legacy-query patch."""
+    section = sps.parse_patch(go_patch(number)).section(
+        "go/core/internal/database/queries/memory.sql")
     assert section is not None
     before, after = [], []
     for _, body in section.hunks:
@@ -223,14 +224,16 @@ def test_patches_are_git_format_patch_output_in_order():
         assert "-- " in patch.trailer, path.name
         if n <= GO_SERIES:
             assert m == GO_SERIES
-            assert re.match(r"(feat|fix|test)\((memory|adk|a2a|dbtest)\): ", subject.group(3)), subject.group(3)
-            assert "Signed-off-by: " in text.split("\n---\n", 1)[0]
+            assert re.match(r"(feat|fix|test)\((memory|memoryscope|adk|a2a|dbtest|api|controller|helm)\)!?: ",
+                            subject.group(3)), subject.group(3)
+        # the Developer Certificate of Origin sign-off is the contributor's to add, never ours
+        assert "Signed-off-by:" not in text.split("\n---\n", 1)[0], path.name
 
 
 def test_go_series_touches_only_go():
     for number in range(1, GO_SERIES + 1):
         for section in sps.parse_patch(go_patch(number)).sections:
-            assert section.path.startswith("go/"), section.path
+            assert section.path.startswith(("go/", "helm/")), section.path
 
 
 def test_migrations_follow_upstream_guards_and_leave_memory_alone():
@@ -257,15 +260,19 @@ def test_migrations_follow_upstream_guards_and_leave_memory_alone():
                                  r"(memory|vector)\s*;", text), version
 
 
-def test_legacy_memory_sql_patch_removes_popularity_and_adds_expiry():
-    before, after = memory_sql_images()
+def test_legacy_memory_sql_patches_add_expiry_then_remove_popularity_separately():
+    """0002 (read-time expiry) changes no behaviour but hiding expired rows; the popularity TTL
+    extension goes in a commit of its own (0011), with its own release note."""
+    before, after = memory_sql_images(2)
+    old, new = named_queries(before), named_queries(after)
+    for name in ("SearchAgentMemory", "ListAgentMemories"):
+        assert "expires_at > NOW()" not in old[name] and "expires_at > NOW()" in new[name]
+    before, after = memory_sql_images(11)
     old, new = named_queries(before), named_queries(after)
     assert {"IncrementMemoryAccessCount", "ExtendMemoryTTL"} <= set(old)
     assert not {"IncrementMemoryAccessCount", "ExtendMemoryTTL"} & set(new)
-    for name in ("SearchAgentMemory", "ListAgentMemories"):
-        assert "expires_at > NOW()" not in old[name] and "expires_at > NOW()" in new[name]
     assert new["DeleteExpiredMemories"] == "DELETE FROM memory\nWHERE expires_at <= NOW()"
-    assert "DeleteAgentMemoryByID" in new
+    assert "DeleteAgentMemoryByID" not in new  # the per-entry legacy delete is not added
 
 
 # -- (c) database --------------------------------------------------------------------------
@@ -329,7 +336,8 @@ def _run(conn: psycopg.Connection, sql: str, params: list) -> list[tuple]:
 
 def test_go_migrations_upgrade_and_roll_back_beside_upstream_memory(database):
     migrations = carried_migrations()
-    legacy_before, legacy_after = (named_queries(t) for t in memory_sql_images())
+    legacy_before, legacy_after = (named_queries(t) for t in memory_sql_images(2))
+    legacy_after |= named_queries(memory_sql_images(11)[1])  # the TTL-extension removal
     governed = named_queries(
         sps.parse_patch(go_patch(3)).section(sps.QUERIES_PATH).new_file_text())
 
@@ -384,8 +392,6 @@ def test_go_migrations_upgrade_and_roll_back_beside_upstream_memory(database):
         listed = _run(conn, legacy_after["ListAgentMemories"], [AGENT, "kagent__NS__my-agent",
                                                                  USER])
         assert [r[0] for r in listed] == ["live"]
-        assert _run(conn, legacy_after["DeleteAgentMemoryByID"],
-                    ["other-user", AGENT, AGENT, USER]) == []  # not Alice's row
         assert conn.execute("SELECT count(*) FROM memory").fetchone()[0] == 3
         _run(conn, legacy_after["DeleteExpiredMemories"], [])
         assert {r[0] for r in conn.execute("SELECT id FROM memory")} == {"live", "other-user"}
@@ -451,7 +457,7 @@ def test_go_sqlstate_reasons_agree_with_the_library():
 def test_go_test_vectors_are_the_libraries():
     """The Go tests pin opaque ids, bucket ids and an inspect cursor; recompute them here."""
     go = _added_go(4, HANDLERS + "memory_governed_internal_test.go")
-    key = ScopeKey(principal=Principal(mxid=KEY[0], origin=KEY[1]),
+    key = ScopeKey(principal=Principal(mxid=KEY[1], origin="native_local"),
                    agent=AgentIdentity(namespace=KEY[2], name=KEY[3]),
                    scope=MemoryScope.control_room(KEY[5]))
     assert f'assert.Equal(t, "{key.opaque_id}", opaqueScopeID(key))' in go
