@@ -72,8 +72,8 @@ def _refuse(reason: ReasonCode | str, status: int | None = None) -> JSONResponse
 
 # The fake TokenReview: projected ServiceAccount token -> "namespace/serviceaccount", and the
 # Agent each ServiceAccount runs (kagent names an Agent's ServiceAccount after the Agent).
-AGENT_TOKENS = {"kagent-token-my-agent": "kagent/my-agent",
-                "kagent-token-other-agent": "kagent/other-agent"}
+AGENT_TOKENS = {"kgm-test-sa:kagent:my-agent": "kagent/my-agent",  # as the compiled overlay
+                "kgm-test-sa:kagent:other-agent": "kagent/other-agent"}
 
 
 def app_name(namespace: str, name: str) -> str:

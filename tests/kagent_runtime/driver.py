@@ -137,7 +137,7 @@ PATCHED = RUNTIME == "patched"  # governed memory
 # The pod's projected ServiceAccount token (audience "kagent"), which kagent's
 # KAgentTokenService reads from /var/run/secrets/tokens/kagent-token; the stand-in controller's
 # fake TokenReview knows it as kagent/my-agent.
-POD_TOKEN = "kagent-token-my-agent"
+POD_TOKEN = "kgm-test-sa:kagent:my-agent"  # the compiled overlay's fake TokenReview format
 SUMMARY_MARKER = "Summary (JSON List):"
 SENTINELS = {name: f"{name.upper()}-{secrets.token_hex(8)}" for name in
              ("query", "summary", "model_error", "embedding_error")}
