@@ -100,7 +100,8 @@ def kagent_tree() -> tuple[Path, str] | None:
 
 
 def go_patches() -> list[Path]:
-    found = sorted(p for p in PATCHES.glob("000*.patch"))
+    # the controller/CRD/chart series is 0001-0099; 0101+ is the Python runtime's
+    found = sorted(p for p in PATCHES.glob("00[0-9][0-9]-*.patch"))
     if not found:
         raise Unavailable(f"no Go patches in {PATCHES}")
     return found

@@ -100,3 +100,25 @@ def test_every_requirement_id_and_decision_is_explained() -> None:
     assert not missing_ids, f"requirement ids used but not in docs/requirements.md: {missing_ids}"
     assert not missing_decisions, (
         f"design decisions cited but not in docs/requirements.md: {missing_decisions}")
+
+
+PR_TEXTS = sorted((REPO / "upstream-pr").glob("0[1-9]-*.md"))
+PR_SECTIONS = ("## Problem", "## Change", "## How to test", "## Migration and rollback",
+               "## User-visible changes and release note", "## Risks")
+
+
+@pytest.mark.parametrize("path", PR_TEXTS, ids=lambda p: p.name)
+def test_pr_texts_are_short_and_complete(path: Path) -> None:
+    """What a kagent maintainer reads: at most ~600 words, every section, no DCO placeholder."""
+    text = path.read_text()
+    assert len(text.split()) <= 600, f"{path.name}: {len(text.split())} words"
+    missing = [s for s in PR_SECTIONS if s not in text]
+    assert not missing, f"{path.name}: missing {missing}"
+    assert "Signed-off-by" not in text
+
+
+def test_cover_letter_names_target_main_and_sign_off() -> None:
+    text = (REPO / "upstream-pr" / "00-cover-letter.md").read_text()
+    assert len(text.split()) <= 600
+    for needed in ("release/v0.9.x", "memory.proto", "Signed-off-by", "legacy"):
+        assert needed in text, needed
