@@ -257,6 +257,9 @@ async def _verify(store: GovernedMemoryStore, args: argparse.Namespace) -> int:
         lines.append(f"VIOLATION {name}: {count}")
         if name == "expired_overdue":
             lines += [f"  scope {sid}" for sid in report.overdue_scope_ids]
+    if violations and report.violating_scope_ids:
+        lines.append("scopes with a violation (their memory_scope ids):")
+        lines += [f"  scope {sid}" for sid in report.violating_scope_ids]
     lines.append("store invariants hold" if not violations else "store invariants violated")
     emit(args, {"ok": not violations, "violations": violations,
                 **report.model_dump(mode="json")}, "\n".join(lines))

@@ -123,6 +123,7 @@ class StoreReport(BaseModel):
     rows_in_disabled_scopes: int
     expired_overdue: int = 0
     overdue_scope_ids: tuple[str, ...] = ()
+    violating_scope_ids: tuple[str, ...] = ()  # scopes behind the other checks (≤ 100)
 
     @property
     def violations(self) -> dict[str, int]:

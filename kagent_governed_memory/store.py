@@ -467,10 +467,12 @@ class GovernedMemoryStore:
         """Content-free aggregates and invariant counts over every scope (operators)."""
         row = await self._one("report", "GetMemoryStoreReport", [])
         assert row is not None
-        *counts, overdue_ids = row
-        names = [n for n in StoreReport.model_fields if n != "overdue_scope_ids"]
+        *counts, overdue_ids, violating_ids = row
+        names = [n for n in StoreReport.model_fields
+                 if n not in ("overdue_scope_ids", "violating_scope_ids")]
         values: dict[str, Any] = {n: int(v) for n, v in zip(names, counts, strict=True)}
-        return StoreReport(**values, overdue_scope_ids=tuple(str(u) for u in overdue_ids or ()))
+        return StoreReport(**values, overdue_scope_ids=tuple(str(u) for u in overdue_ids or ()),
+                           violating_scope_ids=tuple(str(u) for u in violating_ids or ()))
 
     async def sweep(self) -> int:
         """Physically delete expired rows (L3); they were already unreadable (B2)."""

@@ -82,8 +82,10 @@ async def test_verify_finds_each_violation(store, database, damage, violation):
             conn.execute("DELETE FROM memory_entry")
     report = await store.report()
     assert violation in report.violations
+    assert report.violating_scope_ids == (sid,)  # which scope, by its random id
     done = cli("verify", "--dsn", database.dsn)
     assert done.returncode == 1 and f"VIOLATION {violation}" in done.stdout
+    assert f"  scope {sid}" in done.stdout
     assert "a fact" not in done.stdout and "old generation" not in done.stdout
 
 

@@ -68,7 +68,7 @@ SELECT memory_admit($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
 -- name: GetMemoryStoreReport :one
 SELECT scopes, scopes_enabled, scopes_failed, entries_live, entries_expired, expired_readable,
        stale_generation, ttl_exceeded, over_cap_scopes, rows_in_disabled_scopes, expired_overdue,
-       overdue_scope_ids
+       overdue_scope_ids, violating_scope_ids
 FROM memory_store_report();
 
 -- name: ConfigureMemoryStore :one

@@ -24,7 +24,7 @@ RETURNS TABLE (scopes BIGINT, scopes_enabled BIGINT, scopes_failed BIGINT,
                entries_live BIGINT, entries_expired BIGINT, expired_readable BIGINT,
                stale_generation BIGINT, ttl_exceeded BIGINT, over_cap_scopes BIGINT,
                rows_in_disabled_scopes BIGINT, expired_overdue BIGINT,
-               overdue_scope_ids UUID[])
+               overdue_scope_ids UUID[], violating_scope_ids UUID[])
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT AS $$
 DECLARE
     s        memory_scope%ROWTYPE;
@@ -40,6 +40,8 @@ BEGIN
     entries_expired := 0; expired_readable := 0; stale_generation := 0; ttl_exceeded := 0;
     over_cap_scopes := 0; rows_in_disabled_scopes := 0; expired_overdue := 0;
     overdue_scope_ids := ARRAY[]::UUID[];
+    -- the scopes (random ids, at most 100) behind every other invariant verify checks
+    violating_scope_ids := ARRAY[]::UUID[];
     FOR s IN SELECT * FROM memory_scope ORDER BY id LOOP
         PERFORM memory_bind_scope(s.id);
         SELECT count(*) FILTER (WHERE e.expires_at > now()),
@@ -65,6 +67,11 @@ BEGIN
         END IF;
         IF overdue > 0 AND cardinality(overdue_scope_ids) < 100 THEN
             overdue_scope_ids := overdue_scope_ids || s.id;
+        END IF;
+        IF (readable > 0 OR stale > 0 OR too_long > 0 OR live > s.entry_cap
+            OR (NOT s.enabled AND live + expired > 0) OR s.failure_reason IS NOT NULL)
+           AND cardinality(violating_scope_ids) < 100 THEN
+            violating_scope_ids := violating_scope_ids || s.id;
         END IF;
         entries_live := entries_live + live;
         entries_expired := entries_expired + expired;
