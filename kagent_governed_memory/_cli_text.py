@@ -44,7 +44,11 @@ class CliError(Exception):
 
 
 def fail(args: argparse.Namespace | None, code: int, error: str, message: str) -> int:
-    if args is not None and getattr(args, "json", False):
+    """Report an error: one JSON object on stdout under ``--json`` (``args`` None: the command
+    line could not be parsed, and it asked for JSON), else a line on stderr."""
+    if args is None or getattr(args, "json", False):
+        if not message:
+            message = "the command line was not understood: see --help"
         print(json.dumps({"ok": False, "error": error, "message": message, "exit_code": code},
                          sort_keys=True))
     else:

@@ -8,6 +8,7 @@ import asyncio
 import os
 import sys
 import textwrap
+from typing import NoReturn
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -56,8 +57,23 @@ def exit_code(reason: ReasonCode) -> int:
     return EXIT_FAILED
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error under ``--json`` is one JSON object on stdout like every
+    other error (exit 2), and says only that the command line was not understood: argparse's
+    own message may quote an argument (a DSN with its password, say)."""
+
+    json_errors = False
+
+    def error(self, message: str) -> NoReturn:
+        if _Parser.json_errors:
+            fail(None, EXIT_USAGE, "usage", "")
+            sys.exit(EXIT_USAGE)
+        super().error(message)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
+    _Parser.json_errors = "--json" in (sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
     if not getattr(args, "command", None):
         parser.print_help()
@@ -88,7 +104,7 @@ def _command(sub: argparse._SubParsersAction, name: str, summary: str, details: 
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="kagent-governed-memory", description=__doc__,
+    p = _Parser(prog="kagent-governed-memory", description=__doc__,
                                 epilog=EXIT_CODES_HELP,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--version", action="version", version=__version__)

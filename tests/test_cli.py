@@ -145,6 +145,20 @@ def test_json_errors_are_json():
         assert body["error"] in ("invalid_argument", "store_unavailable") and not done.stderr
 
 
+def test_usage_errors_under_json_are_json_and_quote_nothing():
+    secret = "s3ntinel-pw"
+    for args in (["status", "--json", "--no-such-flag", f"postgresql://u:{secret}@h/db"],
+                 ["--json", "no-such-command"], ["offboard", "--json"]):
+        done = run(*args)
+        body = json.loads(done.stdout)
+        assert done.returncode == 2 and body == {
+            "ok": False, "error": "usage", "exit_code": 2,
+            "message": "the command line was not understood: see --help"}
+        assert secret not in done.stdout + done.stderr
+    plain = run("status", "--no-such-flag")  # without --json: argparse's usage text
+    assert plain.returncode == 2 and "usage:" in plain.stderr and not plain.stdout
+
+
 def test_every_command_has_a_description_and_exit_codes():
     from kagent_governed_memory.cli import _parser
 
