@@ -17,6 +17,7 @@ from .control_room import (
     check_control_room,
     check_control_room_events,
 )
+from .controller import KagentBridgeStore, KagentControllerStore
 from .controls import MemoryControls, parse_memory_command, recheck_before_send
 from .devdb import DevDatabase, EmbeddedUnavailable, dev_database
 from .embedding import Embedder, HashingEmbedder, OpenAICompatibleEmbedder
@@ -69,6 +70,12 @@ from .models import (
 )
 from .otel_logs import ContentFreeLogRecordProcessor
 from .policy import PROTOTYPE_POLICY, MemoryPolicy
+from .repository import (
+    ControlRepository,
+    MemoryRepository,
+    OperatorRepository,
+    RuntimeRepository,
+)
 from .request import ASSERTION_HEADER, memory_request
 from .store import EMBEDDING_DIMENSION, GovernedMemoryStore
 from .telemetry import (
@@ -111,6 +118,7 @@ __all__ = [
     "ConsentRequired",
     "ContentFreeLogRecordProcessor",
     "ContentFreeSpanProcessor",
+    "ControlRepository",
     "ControlRoomCheck",
     "ControlRoomState",
     "DevDatabase",
@@ -128,17 +136,22 @@ __all__ = [
     "InspectPage",
     "InvalidIdentity",
     "InvalidInput",
+    "KagentBridgeStore",
+    "KagentControllerStore",
     "MemoryControls",
     "MemoryPolicy",
     "MemoryRecord",
+    "MemoryRepository",
     "MemoryScope",
     "OffboardReport",
+    "OperatorRepository",
     "OpenAICompatibleEmbedder",
     "OriginKind",
     "OriginName",
     "Principal",
     "ProviderError",
     "ReasonCode",
+    "RuntimeRepository",
     "ScopeAssertion",
     "ScopeDenied",
     "ScopeKey",

@@ -1,7 +1,7 @@
 """Cost admission before any model or embedding work (A1–A3).
 
-Two token buckets, both in PostgreSQL (``memory_admit``), consumed all-or-nothing in one round
-trip:
+Two token buckets, consumed all-or-nothing in one round trip with the consent fence checked in
+the same transaction (``memory_admit``):
 
 * per scope: ``scope_ops_per_hour`` units, refilled continuously over an hour.  Every
   summarisation, prefetch sub-query, explicit load/save *and* every embedded item is one unit
@@ -9,20 +9,22 @@ trip:
 * per (sender, agent), explicit load/save only: ``explicit_ops_per_minute`` refill with a burst
   of ``explicit_burst``.
 
-Bucket names are opaque hashes of the typed key, never identities.
+``Admission`` admits through any ``RuntimeRepository`` (``repository.admit``).  A policy other
+than the repository's, or an injected clock, is for the direct store only: the controller
+applies its own policy and the database's clock.
 """
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable
 from datetime import datetime
 
-from ._validate import _generation
-from .errors import AdmissionDenied, InvalidInput, ReasonCode
+from ._buckets import sender_id as _sender_id  # noqa: F401 - kept importable here
+from .errors import InvalidInput, ReasonCode
 from .identity import ScopeKey
 from .policy import MemoryPolicy
-from .store import GovernedMemoryStore, _key
+from .repository import RuntimeRepository
+from .store import GovernedMemoryStore
 
 __all__ = ["Admission"]
 
@@ -32,11 +34,14 @@ class Admission:
 
     def __init__(
         self,
-        store: GovernedMemoryStore,
+        store: RuntimeRepository,
         policy: MemoryPolicy | None = None,
         *,
         clock: Callable[[], datetime] | None = None,
     ) -> None:
+        custom = (policy is not None and policy != store.policy) or clock is not None
+        if custom and not isinstance(store, GovernedMemoryStore):
+            raise InvalidInput(ReasonCode.INVALID_ARGUMENT, field="admission_policy")
         self._store = store
         self.policy = policy or store.policy
         self._clock = clock  # None: the database's clock, shared by every replica
@@ -49,30 +54,10 @@ class Admission:
         The consent fence is checked in the same transaction: a withdrawn, stale, expired or
         re-versioned ``generation`` raises ``ConsentRequired``/``StaleGeneration`` and admits
         no work."""
-        generation = _generation(generation)
-        if not isinstance(units, int) or isinstance(units, bool) or units < 1:
-            raise InvalidInput(ReasonCode.INVALID_ARGUMENT, field="units")
-        p = self.policy
-        buckets = [("scope:" + key.opaque_id[3:], float(units), float(p.scope_ops_per_hour),
-                    float(p.scope_ops_per_hour), 3600.0)]
-        if explicit:
-            buckets.append(("sender:" + _sender_id(key), 1.0, float(p.explicit_burst),
-                            float(p.explicit_ops_per_minute), 60.0))
-        names, costs, capacities, refills, periods = (list(col) for col in zip(*buckets, strict=True))
-        now = self._clock() if self._clock else None
-        row = await self._store._one(
-            "admit", "AdmitMemoryWork",
-            [*_key(key), generation, self._store.policy.version,
-             names, costs, capacities, refills, periods, now],
-        )
-        refused = int(row[0]) if row else 1
-        if refused:
-            reason = ReasonCode.BUDGET_EXHAUSTED if refused == 1 else ReasonCode.RATE_LIMITED
-            raise AdmissionDenied(reason, scope_id=key.opaque_id)
-
-
-def _sender_id(key: ScopeKey) -> str:
-    h = hashlib.sha256(b"sender")
-    for part in (key.principal.opaque_id, key.agent.namespace, key.agent.name):
-        h.update(len(part).to_bytes(4, "big") + part.encode())
-    return h.hexdigest()[:32]
+        store = self._store
+        if isinstance(store, GovernedMemoryStore):
+            await store.admit(key, generation, units=units, explicit=explicit,
+                              policy=self.policy,
+                              now=self._clock() if self._clock else None)
+        else:
+            await store.admit(key, generation, units=units, explicit=explicit)

@@ -27,7 +27,7 @@ from .control_room import ControlRoomCheck
 from .errors import GovernanceError, InvalidInput, ReasonCode, StoreUnavailable
 from .identity import AgentIdentity, MemoryScope, Principal, ScopeKey
 from .models import ConsentReceipt, ErasureReceipt, ForgetReceipt, MemoryRecord, ScopeStatus
-from .store import GovernedMemoryStore
+from .repository import ControlRepository
 
 __all__ = [
     "ConfirmationRequired",
@@ -188,7 +188,7 @@ class MemoryControls:
 
     def __init__(
         self,
-        store: GovernedMemoryStore,
+        store: ControlRepository,
         *,
         agents: Mapping[str, AgentIdentity],
         secret: bytes,

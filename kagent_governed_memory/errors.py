@@ -120,6 +120,10 @@ class ReasonCode(StrEnum):
     OPERATOR_ROLE_MISSING = "operator_role_missing"
     LOCAL_SERVER_MISMATCH = "local_server_mismatch"
     TRANSACTION_REFUSED = "transaction_refused"
+    # the kagent controller's governed API (kagent mode)
+    UNAUTHENTICATED = "unauthenticated"
+    FORBIDDEN = "forbidden"
+    CONTROLLER_ERROR = "controller_error"
 
 
 _ID_VALUE = re.compile(r"^[A-Za-z0-9_.:-]{1,80}$")
@@ -173,6 +177,15 @@ _DEFAULT_HINT: dict[ReasonCode, str] = {
     "is spent; it refills within a minute (MemoryPolicy.explicit_ops_per_minute)",
     ReasonCode.BUDGET_EXHAUSTED: "the scope's hourly budget of memory work is spent; it refills "
     "over the hour (MemoryPolicy.scope_ops_per_hour)",
+    ReasonCode.UNAUTHENTICATED: "the controller did not accept this caller's ServiceAccount "
+    "token: the pod needs kagent's projected token (audience kagent, mounted at "
+    "/var/run/secrets/tokens/kagent-token) or token=/token_file= naming one",
+    ReasonCode.FORBIDDEN: "the controller refused this caller for this route: agent runtimes "
+    "call the runtime routes for their own Agent, the bridge (a ServiceAccount listed in "
+    "--governed-memory-bridge-service-accounts) the control routes",
+    ReasonCode.CONTROLLER_ERROR: "the controller answered without a reason code this library "
+    "knows (another API version, or not the governed memory listener): check the URL "
+    "(KAGENT_MEMORY_URL, the controller's governed memory port, default 8085)",
     ReasonCode.NOT_CONFIGURED: "no public keys or issuer are configured for scope assertions; "
     "set KGM_ASSERTION_PUBLIC_KEYS (or _FILE) and the issuer",
 }
@@ -205,6 +218,14 @@ _FIELD_HINT: dict[str, str] = {
     "endpoint), or embedder=hashing for an offline trial",
     "dimension": "dimension is the embedding model's vector length, 1-16000 (default 768)",
     "span_content": "span_content is refuse (default), warn or ignore",
+    "controller_url": "the controller's governed memory URL is http(s)://<controller>:<port> "
+    "(kagent sets KAGENT_MEMORY_URL for governed Agents, e.g. http://kagent-controller.kagent:8085)",
+    "admission_policy": "a custom admission policy or clock works on the direct store only: "
+    "the kagent controller applies its own policy and the database's clock",
+    "withdraw": "this runtime's store cannot withdraw consent (kagent mode: the bridge does, "
+    "through KagentBridgeStore); cancel_autosaves(key) stops this runtime's pending saves",
+    "classification": "classification and output_audience are checked when the runtime redeems "
+    "its assertion; through the bridge API generation() reports the scope's consent only",
 }
 
 

@@ -40,6 +40,9 @@ class RequestBinding:
     captured: bool = False
     counted: bool = False  # the request's memory outcome is metered once
     logged: set[ReasonCode] = field(default_factory=set, repr=False)  # refusals logged once
+    # the verified token itself, for a backend that presents it again (the kagent controller
+    # verifies it on every call); a bearer credential: never logged, never in repr
+    token: str | None = field(default=None, repr=False)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False)
 
     def __repr__(self) -> str:
@@ -107,4 +110,5 @@ def _bind(
                                           agent=agent, context_id=context_id, now=now)
     except GovernanceError as exc:
         reason = exc.reason
-    return RequestBinding(verified, reason, room_id)
+    return RequestBinding(verified, reason, room_id,
+                          token=assertion if verified is not None else None)

@@ -24,6 +24,7 @@ from psycopg.adapt import Dumper
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from . import _sql
+from ._buckets import admission_buckets
 from ._cursor import _CURSOR, _cursor_tag, _decode_cursor, _encode_cursor  # noqa: F401
 from ._validate import (  # noqa: F401 - _check_fact is also the service's early refusal
     EMBEDDING_DIMENSION,
@@ -34,9 +35,10 @@ from ._validate import (  # noqa: F401 - _check_fact is also the service's early
     _reason,
     _vector,
 )
-from .assertion import CLASSIFICATION
+from .assertion import CLASSIFICATION, ScopeAssertion
 from .assertion import _audience as _servers
 from .errors import (
+    AdmissionDenied,
     ErasureFailed,
     GovernanceError,
     InvalidInput,
@@ -276,6 +278,45 @@ class GovernedMemoryStore:
         row = await self._one("generation", "GetMemoryGeneration",
                               [*_key(key), self.policy.version, classification, audience])
         return None if row is None else row[0]
+
+    async def redeem(self, assertion: ScopeAssertion) -> int | None:
+        """Consume ``assertion`` (its ``jti``, once on any replica) and return the generation
+        its request captures: ``None`` without an enabled, unexpired consent for its key,
+        policy version, classification and output audience.  One round trip.
+
+        Raises ``ScopeDenied`` (``assertion_replayed``, or ``assertion_expired`` by the
+        database's clock) and the store's usual errors."""
+        if not isinstance(assertion, ScopeAssertion):
+            raise InvalidInput(ReasonCode.INVALID_ARGUMENT, field="assertion")
+        key = assertion.key
+        self._servable(key)
+        row = await self._one(
+            "redeem", "RedeemScopeAssertion",
+            [assertion.jti, assertion.expires_at, *_key(key), self.policy.version,
+             assertion.classification, _audience(assertion.audience, self._local_server)],
+        )
+        return None if row is None else row[0]
+
+    async def admit(self, key: ScopeKey, generation: int | None, *, units: int,
+                    explicit: bool = False, policy: MemoryPolicy | None = None,
+                    now: datetime | None = None) -> None:
+        """Admit ``units`` of work (and one explicit operation when ``explicit``) against the
+        budgets of ``policy`` (default: this store's), fenced in the same transaction, or
+        consume nothing and raise ``AdmissionDenied`` (see ``admission``).  ``now`` replaces
+        the database's clock (tests)."""
+        self._servable(key)
+        gen = _generation(generation)
+        buckets = admission_buckets(key, policy or self.policy, units=units, explicit=explicit)
+        names, costs, capacities, refills, periods = (list(c) for c in zip(*buckets, strict=True))
+        row = await self._one(
+            "admit", "AdmitMemoryWork",
+            [*_key(key), gen, self.policy.version, names, costs, capacities, refills, periods,
+             now],
+        )
+        refused = int(row[0]) if row else 1
+        if refused:
+            reason = ReasonCode.BUDGET_EXHAUSTED if refused == 1 else ReasonCode.RATE_LIMITED
+            raise AdmissionDenied(reason, scope_id=key.opaque_id)
 
     # -- content --------------------------------------------------------------------------
 

@@ -23,12 +23,12 @@ from ..admission import Admission
 from ..embedding import Embedder
 from ..errors import GovernanceError, InvalidInput, ReasonCode
 from ..identity import AgentIdentity, ScopeKey
-from ..ledger import redeem_scope_assertion
 from ..metering import Metering, Operation, traced
 from ..models import ErasureReceipt, MemoryRecord
 from ..request import RequestBinding, current_request
 from .._validate import _check_fact
-from ..store import MAX_SEARCH_QUERIES, GovernedMemoryStore
+from ..repository import ControlRepository, RuntimeRepository
+from ..store import MAX_SEARCH_QUERIES
 from ..telemetry import SpanContentMode, check_adk_span_content
 from .recall import Recalled
 from .summariser import summarise
@@ -63,6 +63,8 @@ class SaveOutcome:
 class GovernedMemoryService(BaseMemoryService):
     """Governed memory for one running agent.
 
+    ``store`` is where memory lives: ``GovernedMemoryStore`` (direct mode, a database login) or
+    ``KagentControllerStore`` (kagent mode, through the controller; no database credentials).
     ``agent`` is the exact agent this runtime serves; a request whose signed assertion names
     another agent, another room or an audience beyond the local homeserver gets no memory.
     ``summariser`` is the model used for auto-save (usually the agent's own); without one,
@@ -71,7 +73,7 @@ class GovernedMemoryService(BaseMemoryService):
 
     def __init__(
         self,
-        store: GovernedMemoryStore,
+        store: RuntimeRepository,
         *,
         agent: AgentIdentity,
         embedder: Embedder,
@@ -176,7 +178,7 @@ class GovernedMemoryService(BaseMemoryService):
                     # One round trip: the jti is redeemed (single use, T1) and the generation
                     # captured, only for the classification and output audience the consent
                     # was given for (ADR decision 6; both signed into the assertion)
-                    binding.generation = await redeem_scope_assertion(self.store, a)
+                    binding.generation = await self.store.redeem(a)
                 except GovernanceError as exc:
                     if exc.reason in _FINAL:  # replayed or expired: no later retry helps
                         binding.assertion, binding.reason = None, exc.reason
@@ -372,13 +374,23 @@ class GovernedMemoryService(BaseMemoryService):
         while self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
 
-    async def withdraw(self, key: ScopeKey) -> ErasureReceipt:
-        """Cancel this key's pending auto-saves, then withdraw in the store (C4).  Cancelling
-        is a courtesy: the generation fence is what guarantees nothing lands afterwards."""
+    async def cancel_autosaves(self, key: ScopeKey) -> int:
+        """Cancel this key's pending auto-saves in this process and wait for them; returns how
+        many were cancelled.  A courtesy: the generation fence is what guarantees nothing
+        lands after a withdrawal, whichever process withdraws."""
         pending = [t for t, k in list(self._tasks.items()) if k == key.opaque_id]
         for task in pending:
             task.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
+        return len(pending)
+
+    async def withdraw(self, key: ScopeKey) -> ErasureReceipt:
+        """Cancel this key's pending auto-saves, then withdraw in the store (C4).  Direct mode
+        only: in kagent mode the bridge withdraws (``KagentBridgeStore``); a runtime store
+        that cannot raises ``invalid_argument`` (``field=withdraw``)."""
+        if not isinstance(self.store, ControlRepository):
+            raise InvalidInput(ReasonCode.INVALID_ARGUMENT, field="withdraw")
+        await self.cancel_autosaves(key)
         return await self.store.withdraw(key)
 
     async def aclose(self) -> None:

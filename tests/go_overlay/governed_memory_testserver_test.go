@@ -102,7 +102,7 @@ func TestGovernedMemoryTestServer(t *testing.T) {
 		t.Fatalf("scope assertion keys: %v", err)
 	}
 	cfg := GovernedMemoryConfig{
-		BindAddr:              "127.0.0.1:0",
+		BindAddr:              kgmEnv("KGM_TESTSERVER_BIND", "127.0.0.1:0"),
 		LocalServer:           os.Getenv("KGM_TESTSERVER_LOCAL_SERVER"),
 		BridgeServiceAccounts: bridges,
 		Verifier:              verifier,

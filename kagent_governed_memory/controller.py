@@ -1,0 +1,403 @@
+"""Kagent mode: governed memory through the patched kagent controller, no database login.
+
+An agent pod runs model-chosen tools, so in a kagent cluster it should hold no credentials to
+the memory database.  The patched controller (``patches/``) serves the governed SQL functions
+over HTTP on its own listener (``KAGENT_MEMORY_URL``, default port 8085) and authorises two
+kinds of caller separately, so this module has one object for each:
+
+* ``KagentControllerStore`` — the agent runtime's ``RuntimeRepository``: redeem, admit, save,
+  search (batched for prefetch), forget.  Every call carries the pod's projected ServiceAccount
+  token, kagent's ``X-Agent-Name`` and the request's bridge-signed scope assertion
+  (``x-kagent-memory-scope``), which the controller verifies on every call; the first
+  (``redeem``) consumes it.  Give it to ``GovernedMemoryService`` in place of the database store.
+* ``KagentBridgeStore`` — the bridge's ``ControlRepository``: consent, status, inspect, forget,
+  forget all, withdraw, offboard, with the bridge's ServiceAccount token (a ServiceAccount
+  listed in the controller's ``--governed-memory-bridge-service-accounts``).  Give it to
+  ``MemoryControls``.
+
+Both raise the library's errors with the API's reason codes; see ``_http`` for timeouts, retries
+and what is logged.  Sweeping and the invariant report stay database-side operator work (the
+controller sweeps expired rows on its own timer).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, Self, TypeVar
+
+import httpx
+
+from ._http import DEFAULT_TIMEOUT, KAGENT_TOKEN_PATH, TokenSource, Transport
+from ._validate import _check_fact, _check_local_server, _generation, _vector
+from .assertion import ScopeAssertion
+from .errors import GovernanceError, InvalidInput, ReasonCode, ScopeDenied
+from .identity import AgentIdentity, Principal, ScopeKey
+from .models import (
+    ConsentReceipt,
+    ErasureReceipt,
+    ForgetReceipt,
+    InspectPage,
+    MemoryRecord,
+    OffboardReport,
+    ScopeOutcome,
+    ScopeStatus,
+)
+from .policy import PROTOTYPE_POLICY, MemoryPolicy
+from .request import ASSERTION_HEADER, current_request
+
+__all__ = ["KAGENT_TOKEN_PATH", "KagentBridgeStore", "KagentControllerStore"]
+
+_MAX_LIMIT = 50
+_MAX_QUERIES = 8
+_MAX_PAGE = 50
+_FRACTION = re.compile(r"(\.\d{6})\d+")
+_R = TypeVar("_R", bound=ForgetReceipt)
+
+
+class _Client:
+    """What both sides share: the transport, the policy and the local homeserver."""
+
+    def __init__(self, url: str, *, local_server: str, policy: MemoryPolicy,
+                 token: str | Callable[[], str] | None, token_file: str | Path | None,
+                 headers: Mapping[str, str], timeout: httpx.Timeout | float,
+                 client: httpx.AsyncClient | None) -> None:
+        _check_local_server(local_server)
+        if not isinstance(policy, MemoryPolicy):
+            raise InvalidInput(ReasonCode.INVALID_POLICY)
+        self._local_server = local_server
+        self._policy = policy
+        self._http = Transport(url, tokens=TokenSource(token, token_file), headers=headers,
+                               timeout=timeout, client=client)
+
+    @property
+    def policy(self) -> MemoryPolicy:
+        return self._policy
+
+    @property
+    def local_server(self) -> str:
+        return self._local_server
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def close(self) -> None:
+        await self.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    def _servable(self, key: ScopeKey) -> None:
+        if not isinstance(key, ScopeKey):
+            raise InvalidInput(ReasonCode.INVALID_IDENTITY, field="scope_key")
+        key.require_servable(self._local_server)
+
+    def _record(self, key: ScopeKey, m: Any) -> MemoryRecord:
+        try:
+            score = m.get("score")
+            return MemoryRecord(id=str(m["id"]), text=str(m["content"]), scope=key,
+                                created_at=_time(m["created_at"]),
+                                expires_at=_time(m["expires_at"]),
+                                distance=None if score is None else 1.0 - float(score))
+        except (KeyError, TypeError, ValueError, AttributeError):
+            raise _malformed() from None
+
+
+class KagentControllerStore(_Client):
+    """The agent runtime's side of the controller's governed API (a ``RuntimeRepository``).
+
+    ``agent`` is the Agent this pod runs as (kagent sets ``KAGENT_NAMESPACE``/``KAGENT_NAME``);
+    the token defaults to kagent's projected token file.  Each call needs the verified
+    assertion of the current request (``memory_request``), which it sends again: the
+    controller checks its signature, expiry and agent on every call, so a background
+    auto-save must finish within the assertion's lifetime.
+    """
+
+    def __init__(self, url: str, *, agent: AgentIdentity, local_server: str,
+                 policy: MemoryPolicy = PROTOTYPE_POLICY,
+                 token: str | Callable[[], str] | None = None,
+                 token_file: str | Path | None = None,
+                 timeout: httpx.Timeout | float = DEFAULT_TIMEOUT,
+                 client: httpx.AsyncClient | None = None) -> None:
+        if not isinstance(agent, AgentIdentity):
+            raise InvalidInput(ReasonCode.INVALID_IDENTITY, field="agent")
+        self.agent = agent
+        super().__init__(url, local_server=local_server, policy=policy, token=token,
+                         token_file=token_file, headers={"X-Agent-Name": agent.app_name},
+                         timeout=timeout, client=client)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **kw: Any
+                 ) -> KagentControllerStore:
+        """From what kagent gives a governed agent's pod: ``KAGENT_MEMORY_URL``,
+        ``KAGENT_MEMORY_LOCAL_SERVER``, ``KAGENT_NAMESPACE``, ``KAGENT_NAME`` and the projected
+        token file."""
+        env = os.environ if environ is None else environ
+        url = env.get("KAGENT_MEMORY_URL", "")
+        if not url:
+            raise InvalidInput(ReasonCode.NOT_CONFIGURED, field="controller_url")
+        agent = AgentIdentity(namespace=env.get("KAGENT_NAMESPACE", ""),
+                              name=env.get("KAGENT_NAME", ""))
+        return cls(url, agent=agent, local_server=env.get("KAGENT_MEMORY_LOCAL_SERVER", ""), **kw)
+
+    def __repr__(self) -> str:
+        return f"KagentControllerStore(agent={self.agent.namespace}/{self.agent.name})"
+
+    async def redeem(self, assertion: ScopeAssertion) -> int | None:
+        if not isinstance(assertion, ScopeAssertion):
+            raise InvalidInput(ReasonCode.INVALID_ARGUMENT, field="assertion")
+        data = await self._call("generation", assertion.key, {}, idempotent=False)
+        generation = data.get("generation")
+        if generation is None:
+            return None
+        if not isinstance(generation, int) or isinstance(generation, bool):
+            raise _malformed()
+        return generation
+
+    async def admit(self, key: ScopeKey, generation: int | None, *, units: int,
+                    explicit: bool = False) -> None:
+        gen = _generation(generation)
+        if not isinstance(units, int) or isinstance(units, bool) or units < 1:
+            raise InvalidInput(ReasonCode.INVALID_ARGUMENT, field="units")
+        await self._call("admit", key, {"generation": gen, "units": units,
+                                        "explicit": bool(explicit)}, idempotent=False)
+
+    async def save(self, key: ScopeKey, generation: int | None, *, facts: Sequence[str],
+                   embeddings: Sequence[Sequence[float]]) -> list[str]:
+        gen = _generation(generation)
+        if isinstance(facts, str) or not isinstance(facts, Sequence):
+            raise InvalidInput(ReasonCode.INVALID_TEXT)
+        if not 0 < len(facts) <= self.policy.entry_cap or len(facts) != len(embeddings):
+            raise InvalidInput(ReasonCode.INVALID_ARGUMENT, field="facts")
+        for fact in facts:
+            _check_fact(fact, self.policy.fact_max_bytes)
+        items = [{"content": f, "vector": list(_vector(e, self.policy.embedding_dimension)
+                                                .to_list())}
+                 for f, e in zip(facts, embeddings, strict=True)]
+        data = await self._call("entries", key, {"generation": gen, "items": items},
+                                idempotent=False)
+        ids = data.get("ids")
+        if not isinstance(ids, list) or len(ids) != len(facts):
+            raise _malformed()
+        return [str(i) for i in ids]
+
+    async def search(self, key: ScopeKey, generation: int | None, embedding: Sequence[float], *,
+                     limit: int = 5) -> list[MemoryRecord]:
+        gen = _generation(generation)
+        _check_limit(limit)
+        vec = _vector(embedding, self.policy.embedding_dimension).to_list()
+        data = await self._call("search", key, {"generation": gen, "vector": vec,
+                                                "limit": limit}, idempotent=True)
+        found = data.get("memories")
+        if not isinstance(found, list):
+            raise _malformed()
+        return [self._record(key, m) for m in found]
+
+    async def search_many(self, key: ScopeKey, generation: int | None,
+                          embeddings: Sequence[Sequence[float]], *, limit: int = 5
+                          ) -> list[list[MemoryRecord]]:
+        """``search`` for 1..8 query vectors in one request, fenced once; element ``i`` is what
+        ``search`` returns for ``embeddings[i]``, and the call is refused as a whole."""
+        gen = _generation(generation)
+        _check_limit(limit)
+        if (isinstance(embeddings, str | bytes) or not isinstance(embeddings, Sequence)
+                or not 0 < len(embeddings) <= _MAX_QUERIES):
+            raise InvalidInput(ReasonCode.INVALID_ARGUMENT, field="embeddings")
+        vectors = [_vector(e, self.policy.embedding_dimension).to_list() for e in embeddings]
+        data = await self._call("search", key, {"generation": gen, "vectors": vectors,
+                                                "limit": limit}, idempotent=True)
+        results = data.get("results")
+        if not isinstance(results, list) or len(results) != len(vectors) \
+                or not all(isinstance(r, list) for r in results):
+            raise _malformed()
+        return [[self._record(key, m) for m in hits] for hits in results]
+
+    async def forget(self, key: ScopeKey, entry_id: str) -> ForgetReceipt:
+        if not isinstance(entry_id, str):
+            raise InvalidInput(ReasonCode.INVALID_ARGUMENT, field="entry_id")
+        data = await self._call("forget", key, {"entry_id": entry_id}, idempotent=True)
+        return _receipt(ForgetReceipt, key, data)
+
+    async def _call(self, route: str, key: ScopeKey, body: dict[str, Any], *,
+                    idempotent: bool) -> dict[str, Any]:
+        """A runtime route for ``key``, with the current request's assertion for that key."""
+        self._servable(key)
+        if key.agent != self.agent:
+            raise ScopeDenied(ReasonCode.AGENT_MISMATCH, operation=route)
+        binding = current_request()
+        if binding is None or binding.assertion is None or not binding.token:
+            raise ScopeDenied(ReasonCode.ASSERTION_MISSING, operation=route)
+        if binding.assertion.key != key:
+            raise ScopeDenied(ReasonCode.SCOPE_MISMATCH, operation=route)
+        return await self._http.post(route, {"scope": _scope(key), **body},
+                                     operation=route, idempotent=idempotent,
+                                     headers={ASSERTION_HEADER: binding.token})
+
+
+class KagentBridgeStore(_Client):
+    """The bridge's side of the controller's governed API (a ``ControlRepository``): the
+    subject's own controls and offboarding, with the bridge's ServiceAccount token."""
+
+    def __init__(self, url: str, *, local_server: str, policy: MemoryPolicy = PROTOTYPE_POLICY,
+                 token: str | Callable[[], str] | None = None,
+                 token_file: str | Path | None = None,
+                 timeout: httpx.Timeout | float = DEFAULT_TIMEOUT,
+                 client: httpx.AsyncClient | None = None) -> None:
+        super().__init__(url, local_server=local_server, policy=policy, token=token,
+                         token_file=token_file, headers={}, timeout=timeout, client=client)
+
+    def __repr__(self) -> str:
+        return "KagentBridgeStore()"
+
+    async def grant(self, key: ScopeKey, *, purpose: str, classification: str = "personal",
+                    output_audience: Sequence[str] | None = None) -> ConsentReceipt:
+        body: dict[str, Any] = {"purpose": purpose, "classification": classification}
+        if output_audience is not None:
+            if isinstance(output_audience, str) or not isinstance(output_audience, Sequence):
+                raise InvalidInput(ReasonCode.INVALID_ARGUMENT, field="output_audience")
+            body["output_audience"] = list(output_audience)
+        data = await self._call("consent", key, body, idempotent=False)
+        try:
+            return ConsentReceipt(scope_id=key.opaque_id, generation=int(data["generation"]),
+                                  purpose=str(data["purpose"]),
+                                  policy_version=str(data["policy_version"]),
+                                  granted_at=_time(data["granted_at"]),
+                                  expires_at=_time(data["expires_at"]))
+        except (KeyError, TypeError, ValueError):
+            raise _malformed() from None
+
+    async def generation(self, key: ScopeKey, *, classification: str | None = None,
+                         output_audience: Sequence[str] | None = None) -> int | None:
+        """The scope's current generation if its consent is enabled, unexpired and under this
+        policy version, else ``None`` (from ``status``; classification and output audience are
+        checked where the runtime redeems its assertion)."""
+        if classification is not None or output_audience is not None:
+            raise InvalidInput(ReasonCode.INVALID_ARGUMENT, field="classification")
+        st = await self.status(key)
+        if (not st.enabled or st.policy_version != self.policy.version
+                or st.consent_expires_at is None or st.consent_expires_at <= datetime.now(UTC)):
+            return None
+        return st.generation
+
+    async def status(self, key: ScopeKey) -> ScopeStatus:
+        d = await self._call("status", key, {}, idempotent=True)
+        try:
+            ttl = d.get("max_ttl_seconds")
+            failure = d.get("failure_reason")
+            return ScopeStatus(
+                scope_id=key.opaque_id, enabled=bool(d["enabled"]), purpose=d.get("purpose"),
+                policy_version=d.get("policy_version"), generation=int(d.get("generation") or 0),
+                consent_expires_at=_time(d.get("consent_expires_at")),
+                max_ttl=None if ttl is None else timedelta(seconds=int(ttl)),
+                entry_cap=d.get("entry_cap"), entry_count=int(d.get("entry_count") or 0),
+                last_verified_erasure_at=_time(d.get("last_verified_erasure_at")),
+                failure_reason=_reason(failure))
+        except (KeyError, TypeError, ValueError):
+            raise _malformed() from None
+
+    async def inspect(self, key: ScopeKey, *, page_size: int = 10,
+                      cursor: str | None = None) -> InspectPage:
+        if (not isinstance(page_size, int) or isinstance(page_size, bool)
+                or not 0 < page_size <= _MAX_PAGE):
+            raise InvalidInput(ReasonCode.INVALID_PAGE_SIZE)
+        if cursor is not None and not isinstance(cursor, str):
+            raise InvalidInput(ReasonCode.INVALID_CURSOR)
+        data = await self._call("inspect", key, {"page_size": page_size, "cursor": cursor},
+                                idempotent=True)
+        entries, nxt = data.get("entries"), data.get("next_cursor")
+        if not isinstance(entries, list) or not (nxt is None or isinstance(nxt, str)):
+            raise _malformed()
+        return InspectPage(entries=tuple(self._record(key, e) for e in entries), next_cursor=nxt)
+
+    async def forget(self, key: ScopeKey, entry_id: str) -> ForgetReceipt:
+        if not isinstance(entry_id, str):
+            raise InvalidInput(ReasonCode.INVALID_ARGUMENT, field="entry_id")
+        data = await self._call("forget", key, {"entry_id": entry_id}, idempotent=True)
+        return _receipt(ForgetReceipt, key, data)
+
+    async def forget_all(self, key: ScopeKey) -> ErasureReceipt:
+        # not repeated on a lost answer: a second clear would advance the generation again
+        data = await self._call("forget-all", key, {}, idempotent=False)
+        return _receipt(ErasureReceipt, key, data)
+
+    async def withdraw(self, key: ScopeKey) -> ErasureReceipt:
+        """Disable (committed first), clear, verify — in the controller.  Safe to repeat: a
+        failed or interrupted withdrawal leaves the scope disabled and is finished by the next
+        call."""
+        data = await self._call("withdraw", key, {}, idempotent=True)
+        return _receipt(ErasureReceipt, key, data)
+
+    async def offboard(self, principal: Principal) -> OffboardReport:
+        if not isinstance(principal, Principal):
+            raise InvalidInput(ReasonCode.INVALID_IDENTITY)
+        data = await self._http.post(
+            "offboard", {"principal": {"issuer": principal.issuer, "subject": principal.subject}},
+            operation="offboard", idempotent=True)
+        scopes = data.get("scopes")
+        if not isinstance(scopes, list):
+            raise _malformed()
+        out = []
+        for s in scopes:
+            if not isinstance(s, dict):
+                raise _malformed()
+            outcome: Any = s.get("outcome")
+            if outcome != "cleared":
+                outcome = ReasonCode._value2member_map_.get(outcome, ReasonCode.CONTROLLER_ERROR)
+            out.append(ScopeOutcome(scope_id=str(s.get("scope_id", "")), outcome=outcome,
+                                    deleted=int(s.get("deleted") or 0)))
+        return OffboardReport(principal_id=principal.opaque_id, scopes=tuple(out))
+
+    async def _call(self, route: str, key: ScopeKey, body: dict[str, Any], *,
+                    idempotent: bool) -> dict[str, Any]:
+        self._servable(key)
+        op = route.replace("-", "_")
+        return await self._http.post(route, {"scope": _scope(key), **body}, operation=op,
+                                     idempotent=idempotent)
+
+
+def _scope(key: ScopeKey) -> dict[str, Any]:
+    return {"principal": {"issuer": key.principal.issuer, "subject": key.principal.subject},
+            "agent_namespace": key.agent.namespace, "agent_name": key.agent.name,
+            "kind": key.scope.kind.value, "room_id": key.scope.room_id or ""}
+
+
+def _check_limit(limit: object) -> None:
+    if not isinstance(limit, int) or isinstance(limit, bool) or not 0 < limit <= _MAX_LIMIT:
+        raise InvalidInput(ReasonCode.INVALID_LIMIT)
+
+
+def _time(value: object) -> Any:
+    """An RFC 3339 time of the API (Go writes nanoseconds; Python keeps microseconds)."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise ValueError("not a time")
+    return datetime.fromisoformat(_FRACTION.sub(r"\1", value))
+
+
+def _receipt(cls: type[_R], key: ScopeKey, data: dict[str, Any]) -> _R:
+    try:
+        generation = data.get("generation")
+        return cls(scope_id=key.opaque_id,
+                   generation=None if generation is None else int(generation),
+                   deleted=int(data.get("deleted") or 0), verified=data["verified"] is True,
+                   at=datetime.now(UTC))
+    except (KeyError, TypeError, ValueError):
+        raise _malformed() from None
+
+
+def _reason(value: object) -> ReasonCode | None:
+    if not value:
+        return None
+    found = ReasonCode._value2member_map_.get(value) if isinstance(value, str) else None
+    return found if isinstance(found, ReasonCode) else ReasonCode.CONTROLLER_ERROR
+
+
+def _malformed() -> GovernanceError:
+    return GovernanceError(ReasonCode.CONTROLLER_ERROR)
