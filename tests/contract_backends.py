@@ -3,6 +3,10 @@ implementations, one suite").
 
 * ``LibraryBackend``: ``GovernedMemoryStore`` in-process, as the application login (operator
   paths through an owner store, as the library requires).
+* ``KagentBackend``: the library's own clients of that API, as kagent mode uses them —
+  ``KagentControllerStore`` (the agent runtime: its ServiceAccount token, and each request's
+  bridge-signed assertion bound with ``memory_request``) and ``KagentBridgeStore`` (the
+  bridge's ServiceAccount token) — against the compiled controller.
 * ``HttpBackend``: the governed HTTP API (``upstream-pr/governed-memory-api.md``) of a
   controller — the patched kagent Go controller compiled from the series (``go_controller.py``)
   or any other server of that API.  It calls as the deployment does: the bridge routes with the
@@ -17,7 +21,8 @@ a scenario cannot tell them apart except by what they do.
 from __future__ import annotations
 
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Protocol
@@ -25,8 +30,18 @@ from typing import Any, Protocol
 import httpx
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from kagent_governed_memory import GovernanceError, GovernedMemoryStore, Principal, ScopeKey
-from kagent_governed_memory.assertion import sign_scope_assertion
+from kagent_governed_memory import (
+    AgentIdentity,
+    GovernanceError,
+    GovernedMemoryStore,
+    KagentBridgeStore,
+    KagentControllerStore,
+    Principal,
+    ScopeKey,
+    memory_request,
+)
+from kagent_governed_memory.assertion import ScopeAssertion, sign_scope_assertion
+from kagent_governed_memory.keys import key_id
 
 
 class Refused(Exception):
@@ -193,3 +208,91 @@ class HttpBackend:
     async def offboard(self, principal: Principal) -> list[tuple[str, int]]:
         data = await self._post("offboard", None, principal=principal_body(principal))
         return [(s["outcome"], int(s.get("deleted") or 0)) for s in data["scopes"]]
+
+
+class KagentBackend:
+    """The library's kagent-mode clients against a controller: runtime calls through
+    ``KagentControllerStore`` (one per agent, with that agent's token) inside a request bound
+    to a freshly signed assertion, control calls through ``KagentBridgeStore``."""
+
+    name = "kagent"
+
+    def __init__(self, url: str, *, bridge_key: Ed25519PrivateKey, issuer: str,
+                 local_server: str, agent_token: Callable[[str, str], str],
+                 bridge_token: str) -> None:
+        self.url, self.bridge_key, self.issuer = url, bridge_key, issuer
+        self.local_server, self.agent_token = local_server, agent_token
+        self.public_keys = {key_id(bridge_key): bridge_key.public_key()}
+        self.bridge = KagentBridgeStore(url, local_server=local_server, token=bridge_token)
+        self.runtimes: dict[AgentIdentity, KagentControllerStore] = {}
+
+    async def aclose(self) -> None:
+        await self.bridge.aclose()
+        for runtime in self.runtimes.values():
+            await runtime.aclose()
+
+    def runtime(self, agent: AgentIdentity) -> KagentControllerStore:
+        if agent not in self.runtimes:
+            self.runtimes[agent] = KagentControllerStore(
+                self.url, agent=agent, local_server=self.local_server,
+                token=self.agent_token(agent.namespace, agent.name))
+        return self.runtimes[agent]
+
+    @contextmanager
+    def request(self, key: ScopeKey) -> Iterator[ScopeAssertion]:
+        """One agent request on ``key``, bound as the runtime binds it (verified token)."""
+        context = f"ctx-{secrets.token_hex(8)}"
+        token = sign_scope_assertion(key, private_key=self.bridge_key, issuer=self.issuer,
+                                     audience=[self.local_server], context_id=context,
+                                     lifetime=timedelta(seconds=60))
+        with memory_request(token, public_keys=self.public_keys, issuer=self.issuer,
+                            agent=key.agent, context_id=context) as binding:
+            assert binding.assertion is not None, binding.reason
+            yield binding.assertion
+
+    async def _call(self, coro: Any) -> Any:
+        try:
+            return await coro
+        except GovernanceError as exc:
+            raise Refused(exc.reason.value) from None
+
+    async def grant(self, key: ScopeKey, purpose: str) -> int:
+        return (await self._call(self.bridge.grant(key, purpose=purpose))).generation
+
+    async def generation(self, key: ScopeKey) -> int | None:
+        with self.request(key) as assertion:
+            return await self._call(self.runtime(key.agent).redeem(assertion))
+
+    async def save(self, key: ScopeKey, generation: int | None, facts: list[str],
+                   vectors: list[list[float]]) -> list[str]:
+        with self.request(key):
+            return await self._call(self.runtime(key.agent).save(
+                key, generation, facts=facts, embeddings=vectors))
+
+    async def search(self, key: ScopeKey, generation: int | None, vector: list[float],
+                     limit: int = 5) -> list[tuple[str, str]]:
+        with self.request(key):
+            hits = await self._call(self.runtime(key.agent).search(key, generation, vector,
+                                                                   limit=limit))
+        return [(h.id, h.text) for h in hits]
+
+    async def inspect(self, key: ScopeKey) -> list[tuple[str, str]]:
+        page = await self._call(self.bridge.inspect(key, page_size=50))
+        return [(e.id, e.text) for e in page.entries]
+
+    async def forget(self, key: ScopeKey, entry_id: str) -> Erasure:
+        with self.request(key):
+            r = await self._call(self.runtime(key.agent).forget(key, entry_id))
+        return Erasure(r.deleted, r.verified)
+
+    async def withdraw(self, key: ScopeKey) -> Erasure:
+        r = await self._call(self.bridge.withdraw(key))
+        return Erasure(r.deleted, r.verified)
+
+    async def status(self, key: ScopeKey) -> dict[str, Any]:
+        s = await self._call(self.bridge.status(key))
+        return {"enabled": s.enabled, "generation": s.generation, "entry_count": s.entry_count}
+
+    async def offboard(self, principal: Principal) -> list[tuple[str, int]]:
+        report = await self._call(self.bridge.offboard(principal))
+        return [(str(s.outcome), s.deleted) for s in report.scopes]

@@ -160,38 +160,82 @@ def build() -> tuple[Path, Path, bool]:
     return final / "kagent", binary, True
 
 
+class ControllerProcess:
+    """One compiled controller process; ``kill()`` crashes it, ``start()`` starts it again on
+    the same address (a restart)."""
+
+    def __init__(self, dsn: str, *, local_server: str, env: dict[str, str] | None,
+                 tmp: Path) -> None:
+        _, self.binary, _ = build()
+        self.tmp, self.bind = tmp, "127.0.0.1:0"
+        self.env = {"KGM_TESTSERVER_BRIDGE_SERVICE_ACCOUNTS": "/".join(BRIDGE_SERVICE_ACCOUNT),
+                    "KGM_TESTSERVER_AGENTS": ",".join(f"{ns}/{name}" for ns, name in AGENTS),
+                    **os.environ, **(env or {}), "KGM_TESTSERVER_DSN": dsn,
+                    "KGM_TESTSERVER_LOCAL_SERVER": local_server}
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.url = ""
+        self.log = tmp / "server.log"
+
+    def start(self) -> str:
+        addr = self.tmp / "addr"
+        addr.unlink(missing_ok=True)
+        out = open(self.log, "a")  # noqa: SIM115
+        env = {**self.env, "KGM_TESTSERVER_ADDR_FILE": str(addr), "KGM_TESTSERVER_BIND": self.bind}
+        self.proc = proc = subprocess.Popen(
+            [str(self.binary), "-test.run", "^TestGovernedMemoryTestServer$", "-test.v"],
+            stdin=subprocess.PIPE, stdout=out, stderr=subprocess.STDOUT, env=env)
+        out.close()
+        deadline = time.monotonic() + 60
+        while not (addr.exists() and addr.read_text()):
+            if proc.poll() is not None:
+                text = self.log.read_text()[-3000:]
+                raise RuntimeError(f"the controller exited ({proc.returncode}):\n{text}")
+            if time.monotonic() > deadline:
+                raise RuntimeError("the controller did not start within 60 s")
+            time.sleep(0.05)
+        self.bind = addr.read_text()  # a restart listens on the same address
+        self.url = f"http://{self.bind}"
+        return self.url
+
+    def kill(self) -> None:
+        """Crash it (SIGKILL): no graceful shutdown, in-flight requests are cut."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def stop(self) -> None:
+        proc = self.proc
+        if proc is None or proc.poll() is not None:
+            return
+        if proc.stdin:
+            proc.stdin.close()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@contextlib.contextmanager
+def controller(dsn: str, *, local_server: str = "example.org",
+               env: dict[str, str] | None = None) -> Iterator[ControllerProcess]:
+    """A started ``ControllerProcess`` (stopped on exit)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        process = ControllerProcess(dsn, local_server=local_server, env=env, tmp=Path(tmp))
+        try:
+            process.start()
+            yield process
+        finally:
+            process.stop()
+
+
 @contextlib.contextmanager
 def serve(dsn: str, *, local_server: str = "example.org", log: Path | None = None,
           env: dict[str, str] | None = None) -> Iterator[str]:
     """The compiled controller on a loopback port, as ``http://127.0.0.1:PORT``."""
-    _, binary, _ = build()
-    with tempfile.TemporaryDirectory() as tmp:
-        addr = Path(tmp) / "addr"
-        out = open(log or Path(tmp) / "server.log", "w")  # noqa: SIM115
-        env = {"KGM_TESTSERVER_BRIDGE_SERVICE_ACCOUNTS": "/".join(BRIDGE_SERVICE_ACCOUNT),
-               "KGM_TESTSERVER_AGENTS": ",".join(f"{ns}/{name}" for ns, name in AGENTS),
-               **os.environ, **(env or {}), "KGM_TESTSERVER_ADDR_FILE": str(addr),
-               "KGM_TESTSERVER_DSN": dsn, "KGM_TESTSERVER_LOCAL_SERVER": local_server}
-        proc = subprocess.Popen([str(binary), "-test.run", "^TestGovernedMemoryTestServer$",
-                                 "-test.v"], stdin=subprocess.PIPE, stdout=out,
-                                stderr=subprocess.STDOUT, env=env)
+    with controller(dsn, local_server=local_server, env=env) as process:
         try:
-            deadline = time.monotonic() + 60
-            while not (addr.exists() and addr.read_text()):
-                if proc.poll() is not None:
-                    out.flush()
-                    text = Path(out.name).read_text()[-3000:]
-                    raise RuntimeError(f"the controller exited ({proc.returncode}):\n{text}")
-                if time.monotonic() > deadline:
-                    raise RuntimeError("the controller did not start within 60 s")
-                time.sleep(0.05)
-            yield f"http://{addr.read_text()}"
+            yield process.url
         finally:
-            if proc.stdin:
-                proc.stdin.close()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-            out.close()
+            if log is not None:
+                log.write_text(process.log.read_text())

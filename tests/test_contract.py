@@ -26,8 +26,22 @@ from typing import Any
 import httpx
 import psycopg
 import pytest
-from contract_backends import Backend, HttpBackend, LibraryBackend, Refused, scope_body
-from go_controller import Unavailable, agent_headers, bridge_headers, serve
+from contract_backends import (
+    Backend,
+    HttpBackend,
+    KagentBackend,
+    LibraryBackend,
+    Refused,
+    scope_body,
+)
+from go_controller import (
+    BRIDGE_SERVICE_ACCOUNT,
+    Unavailable,
+    agent_headers,
+    bridge_headers,
+    serve,
+    service_account_token,
+)
 from psycopg.conninfo import make_conninfo
 
 from kagent_governed_memory import (
@@ -53,7 +67,7 @@ ISSUER = "https://bridge.example.org"
 BRIDGE_KEY = generate_private_key()  # the bridge's; the controller gets the public key only
 PURPOSE = "personal_preferences"
 EMBED = HashingEmbedder()
-BACKENDS = ["library", "controller"]
+BACKENDS = ["library", "controller", "kagent"]
 
 
 def fresh_key(tag: str, *, mxid: str | None = None, agent: str = "my-agent") -> ScopeKey:
@@ -108,7 +122,7 @@ def backend_db(request: pytest.FixtureRequest, postgresql_proc: Any) -> Iterator
 @pytest.fixture(scope="module")
 def controller_url(backend_db: tuple[str, Db]) -> Iterator[str | None]:
     kind, db = backend_db
-    if kind != "controller":
+    if kind == "library":
         yield None
         return
     try:
@@ -133,6 +147,15 @@ async def b(backend_db: tuple[str, Db], controller_url: str | None) -> AsyncIter
         finally:
             await store.close()
             await operator.close()
+    elif kind == "kagent":
+        assert controller_url is not None
+        kagent = KagentBackend(controller_url, bridge_key=BRIDGE_KEY, issuer=ISSUER,
+                               local_server=LOCAL, agent_token=service_account_token,
+                               bridge_token=service_account_token(*BRIDGE_SERVICE_ACCOUNT))
+        try:
+            yield kagent
+        finally:
+            await kagent.aclose()
     else:
         assert controller_url is not None
         async with httpx.AsyncClient(base_url=controller_url, timeout=30) as client:

@@ -1,0 +1,349 @@
+"""Kagent mode: the same agent, through the compiled controller, with no database credentials.
+
+Every governance test here runs twice (``mode``): ``direct`` — ``GovernedMemoryService`` on
+``GovernedMemoryStore`` with the application's database login — and ``kagent`` —
+``GovernedMemoryService`` on ``KagentControllerStore`` (the agent pod's ServiceAccount token and
+the request's scope assertion) with the bridge's controls on ``KagentBridgeStore``, both talking
+HTTP to the patched kagent controller compiled from the Go series (``go_controller``), which
+holds the only database login.  A real google-adk ``Runner`` drives every turn; the model is
+scripted.
+
+The fault tests (kagent only) stop, crash and restart the real controller process, make its
+database refuse it (a real 5xx) and hold a lock so its answer times out.
+
+Without Go or kagent's source the kagent runs are reported as NOT RUN (skipped, with the reason).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import secrets
+import sqlite3
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import psycopg
+import pytest
+from adk_support import AGENT, ISSUER, PUBLIC_KEYS, BRIDGE_KEY, build, save_plan, sign
+from conftest import LOCAL, Db, make_key, migrated, open_store, physical_rows, vec
+from go_controller import (
+    BRIDGE_SERVICE_ACCOUNT,
+    ControllerProcess,
+    Unavailable,
+    controller,
+    service_account_token,
+)
+from google.adk.sessions.sqlite_session_service import SqliteSessionService
+
+from kagent_governed_memory import (
+    ControlRepository,
+    GovernanceError,
+    KagentBridgeStore,
+    KagentControllerStore,
+    ReasonCode,
+    RuntimeRepository,
+    StoreUnavailable,
+    memory_request,
+)
+from kagent_governed_memory._embedded import OPERATOR_ROLE
+from kagent_governed_memory.keys import public_key_pem
+
+PURPOSE = "personal_preferences"
+FIVE_TURNS = ["I drink green tea every morning.", "My project is called Lighthouse.",
+              "I live in Lisbon.", "I cycle to work.", "That is all for today."]
+ENV = {"KAGENT_MEMORY_SCOPE_PUBLIC_KEYS": public_key_pem(BRIDGE_KEY).decode(),
+       "KAGENT_MEMORY_SCOPE_ISSUER": ISSUER}
+AGENT_TOKEN = service_account_token(AGENT.namespace, AGENT.name)
+BRIDGE_TOKEN = service_account_token(*BRIDGE_SERVICE_ACCOUNT)
+
+
+@dataclass
+class Mode:
+    name: str
+    runtime: RuntimeRepository  # what the agent's GovernedMemoryService is given
+    controls: ControlRepository  # what the bridge's MemoryControls is given
+    db: Db
+    process: ControllerProcess | None = None
+
+
+@pytest.fixture(params=["direct", "kagent"])
+async def mode(request: pytest.FixtureRequest, database: Db) -> AsyncIterator[Mode]:
+    await migrated(database)
+    if request.param == "direct":
+        store = await open_store(database)
+        yield Mode("direct", store, store, database)
+        await store.close()
+        return
+    running = controller(database.operator_dsn, local_server=LOCAL, env=ENV)
+    try:
+        process = running.__enter__()
+    except Unavailable as exc:
+        pytest.skip(f"GO VERIFICATION NOT RUN: the compiled controller is unavailable ({exc})")
+    runtime = KagentControllerStore(process.url, agent=AGENT, local_server=LOCAL,
+                                    token=AGENT_TOKEN)
+    bridge = KagentBridgeStore(process.url, local_server=LOCAL, token=BRIDGE_TOKEN)
+    try:
+        yield Mode("kagent", runtime, bridge, database, process)
+    finally:
+        await runtime.aclose()
+        await bridge.aclose()
+        running.__exit__(None, None, None)
+
+
+kagent_only = pytest.mark.parametrize("mode", ["kagent"], indirect=True)
+
+
+def tool_result(out: list[str]) -> dict[str, Any]:
+    said = [t for t in out if t.startswith("tool said ")][-1]
+    return json.loads(said.removeprefix("tool said "))
+
+
+def outcomes(h: Any) -> set[tuple[str, str]]:
+    return {(m[1]["kgm.memory.operation"], m[1]["kgm.memory.outcome"]) for m in h.metrics()
+            if "kgm.memory.operation" in m[1]}
+
+
+async def _until(condition: Any, timeout: float = 10.0) -> None:
+    for _ in range(int(timeout / 0.01)):
+        if condition():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("condition not reached")
+
+
+# -- the same governance, both backends ----------------------------------------------------------
+
+
+async def test_the_agent_pod_holds_no_database_credentials(mode: Mode) -> None:
+    h = build(mode.runtime)  # type: ignore[arg-type]
+    if mode.name == "kagent":
+        held = repr(vars(h.service)) + repr(vars(mode.runtime)) + repr(vars(mode.runtime._http))
+        assert "postgres" not in held.lower() and mode.db.dsn not in held
+        assert not hasattr(mode.runtime, "_pool")
+    assert isinstance(mode.runtime, RuntimeRepository)
+    assert isinstance(mode.controls, ControlRepository)
+
+
+async def test_nothing_is_collected_before_consent(mode: Mode) -> None:
+    h = build(mode.runtime, plan=save_plan,  # type: ignore[arg-type]
+              summaries=['["must never be asked for"]'])
+    key = make_key()
+    for text in ["remember: I like green tea", "recall: tea", *FIVE_TURNS]:
+        assert await h.turn(text, key=key), "the chat answers regardless of memory"
+    await h.service.drain()
+    assert h.embedder.calls == 0 and "summarise" not in h.model.calls
+    assert physical_rows(mode.db) == 0
+    assert await mode.controls.generation(key) is None
+    assert ("request", "consent_required") in outcomes(h)
+
+
+async def test_consent_then_autosave_of_eligible_turns_then_prefetch(mode: Mode) -> None:
+    h = build(mode.runtime, plan=save_plan,  # type: ignore[arg-type]
+              summaries=['["Prefers green tea in the morning", "Works on project Lighthouse"]'])
+    key = make_key()
+    await h.turn("Before consent I mention my secret hobby: falconry.", key=key)
+    await mode.controls.grant(key, purpose=PURPOSE)
+    for text in FIVE_TURNS:
+        await h.turn(text, key=key)
+    await h.service.drain()
+    assert h.model.calls.count("summarise") == 1
+    assert physical_rows(mode.db, key) == 2
+    [prompt] = h.summariser_prompts  # the turn sent before consent is never summarised
+    assert "falconry" not in prompt and "Lighthouse" in prompt
+    await h.turn("What should I drink this morning? I usually like green tea.", key=key,
+                 session="s2")
+    instruction = str(h.model.requests[-1].config.system_instruction)
+    assert "<memory>" in instruction and "Prefers green tea in the morning" in instruction
+    assert (await mode.controls.status(key)).entry_count == 2
+
+
+async def test_recalled_facts_are_injected_not_persisted(mode: Mode, tmp_path: Any) -> None:
+    path = tmp_path / "sessions.db"
+    h = build(mode.runtime, plan=save_plan,  # type: ignore[arg-type]
+              session_service=SqliteSessionService(str(path)))
+    key = make_key()
+    await mode.controls.grant(key, purpose=PURPOSE)
+    mark = "SENTINEL-" + secrets.token_hex(8)
+    [entry] = await _seed(mode, key, f"{mark} prefers green tea")  # saved in another request
+    await h.turn("hello", key=key)  # the session's first turn (its prefetch) is behind us
+    before = len(h.model.requests)
+    out = await h.turn("recall: green tea", key=key)
+    assert tool_result(out)["count"] == 1
+    assert any(mark in str(r.config.system_instruction) for r in h.model.requests[before + 1:])
+
+    def dump() -> str:
+        with sqlite3.connect(path) as conn:
+            tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master "
+                                                 "WHERE type='table'")]
+            assert tables
+            return "\n".join(repr(row) for t in tables
+                             for row in conn.execute(f'SELECT * FROM "{t}"'))
+
+    assert mark not in dump()
+    receipt = await mode.controls.forget(key, entry)
+    assert (receipt.deleted, receipt.verified) == (1, True)
+    assert physical_rows(mode.db, key) == 0 and mark not in dump()
+    assert tool_result(await h.turn("recall: green tea", key=key))["count"] == 0
+
+
+async def test_a_withdrawal_racing_a_background_autosave_wins(mode: Mode) -> None:
+    h = build(mode.runtime, summaries=['["A fact saved after withdrawal must not land"]'])  # type: ignore[arg-type]
+    h.model.gate = asyncio.Event()
+    key = make_key()
+    await mode.controls.grant(key, purpose=PURPOSE)
+    for text in FIVE_TURNS:
+        await h.turn(text, key=key)
+    await _until(lambda: h.model.calls.count("summarise") == 1)
+    assert (await mode.controls.withdraw(key)).verified
+    h.model.gate.set()
+    await h.service.drain()
+    assert physical_rows(mode.db, key) == 0
+    assert outcomes(h) & {("save", "stale_generation"), ("save", "consent_required")}
+
+
+async def test_a_token_serves_one_request_and_one_key(mode: Mode) -> None:
+    key, other = make_key(), make_key("@bob:example.org", room="!control-b:example.org")
+    await mode.controls.grant(key, purpose=PURPOSE)
+    token = sign(key)
+    with memory_request(token, public_keys=PUBLIC_KEYS, issuer=ISSUER, agent=AGENT,
+                        context_id="a2a-context-s1") as binding:
+        assert binding.assertion is not None
+        assert await mode.runtime.redeem(binding.assertion) == 1
+        with pytest.raises(GovernanceError) as replayed:
+            await mode.runtime.redeem(binding.assertion)
+        assert replayed.value.reason is ReasonCode.ASSERTION_REPLAYED
+        if mode.name == "kagent":  # the controller needs this request's assertion for its key
+            with pytest.raises(GovernanceError) as crossed:
+                await mode.runtime.search(other, 1, [0.1] * 768)
+            assert crossed.value.reason is ReasonCode.SCOPE_MISMATCH
+    if mode.name == "kagent":
+        with pytest.raises(GovernanceError) as unbound:
+            await mode.runtime.search(key, 1, [0.1] * 768)
+        assert unbound.value.reason is ReasonCode.ASSERTION_MISSING
+
+
+async def _seed(mode: Mode, key: Any, *facts: str) -> list[str]:
+    """Facts saved by an earlier request of the agent, outside this chat session."""
+    with memory_request(sign(key, session="seed"), public_keys=PUBLIC_KEYS, issuer=ISSUER,
+                        agent=AGENT, context_id="a2a-context-seed") as binding:
+        assert binding.assertion is not None
+        generation = await mode.runtime.redeem(binding.assertion)
+        return await mode.runtime.save(key, generation, facts=list(facts),
+                                       embeddings=[vec(f) for f in facts])
+
+
+# -- faults over HTTP (kagent mode) ----------------------------------------------------------------
+
+
+async def _remember(h: Any, key: Any, text: str) -> dict[str, Any]:
+    return tool_result(await h.turn(f"remember: {text}", key=key))
+
+
+@kagent_only
+async def test_controller_unreachable_then_restarted(mode: Mode, caplog: Any) -> None:
+    assert mode.process is not None
+    h = build(mode.runtime, plan=save_plan)  # type: ignore[arg-type]
+    key = make_key()
+    await mode.controls.grant(key, purpose=PURPOSE)
+    mark = "SENTINEL-" + secrets.token_hex(8)
+    mode.process.kill()
+    with caplog.at_level(logging.DEBUG):
+        out = await h.turn(f"remember: {mark} likes tea", key=key)
+    assert out and tool_result(out)["status"] != "saved"  # the chat answered, nothing was saved
+    assert ("request", "store_unavailable") in outcomes(h)
+    assert mark not in caplog.text and "reason=store_unavailable" in caplog.text
+    with pytest.raises(StoreUnavailable):
+        await mode.controls.status(key)
+    mode.process.start()  # the same address: the clients need no change
+    assert (await _remember(h, key, "likes tea"))["status"] == "saved"
+    assert physical_rows(mode.db, key) == 1
+
+
+@kagent_only
+async def test_a_controller_5xx_means_no_memory_and_the_chat_answers(mode: Mode) -> None:
+    h = build(mode.runtime, plan=save_plan)  # type: ignore[arg-type]
+    key = make_key()
+    await mode.controls.grant(key, purpose=PURPOSE)
+    with mode.db.admin() as conn:  # the controller's database login stops working
+        conn.execute(f'ALTER ROLE "{OPERATOR_ROLE}" NOLOGIN')
+        conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                     " WHERE usename = %s", [OPERATOR_ROLE])
+    try:
+        out = await h.turn("remember: likes tea", key=key)
+        assert out and tool_result(out)["status"] != "saved"
+        assert outcomes(h) & {("request", "store_unavailable"), ("request", "database_error")}
+        with pytest.raises(GovernanceError) as failed:
+            await mode.controls.status(key)
+        assert failed.value.reason in (ReasonCode.STORE_UNAVAILABLE, ReasonCode.DATABASE_ERROR)
+        assert int(failed.value.ids["status"]) >= 500
+    finally:
+        with mode.db.admin() as conn:
+            conn.execute(f'ALTER ROLE "{OPERATOR_ROLE}" LOGIN')
+    assert physical_rows(mode.db, key) == 0
+    assert (await _remember(h, key, "likes tea"))["status"] == "saved"
+
+
+@kagent_only
+async def test_timeouts_are_bounded_and_only_idempotent_calls_retry(mode: Mode) -> None:
+    assert mode.process is not None
+    sent: list[str] = []
+
+    async def count(request: httpx.Request) -> None:
+        sent.append(request.url.path.rsplit("/", 1)[-1])
+
+    client = httpx.AsyncClient(timeout=httpx.Timeout(0.5), event_hooks={"request": [count]})
+    runtime = KagentControllerStore(mode.process.url, agent=AGENT, local_server=LOCAL,
+                                    token=AGENT_TOKEN, client=client)
+    key = make_key()
+    generation = (await mode.controls.grant(key, purpose=PURPOSE)).generation
+    lock = psycopg.connect(mode.db.admin_dsn)
+    try:  # the controller's statements wait on this lock: its answer cannot come in time
+        lock.execute("LOCK TABLE memory_scope IN ACCESS EXCLUSIVE MODE")
+        with memory_request(sign(key), public_keys=PUBLIC_KEYS, issuer=ISSUER, agent=AGENT,
+                            context_id="a2a-context-s1"):
+            with pytest.raises(StoreUnavailable):
+                await runtime.admit(key, generation, units=1)
+            assert sent == ["admit"]  # may have taken effect: reported, never repeated
+            sent.clear()
+            with pytest.raises(StoreUnavailable):
+                await runtime.search(key, generation, [0.1] * 768)
+            assert sent == ["search"] * 3  # a read: retried, then reported
+    finally:
+        lock.rollback()
+        lock.close()
+        await client.aclose()
+
+
+@kagent_only
+async def test_a_controller_crash_during_withdrawal_stays_fail_closed(mode: Mode) -> None:
+    assert mode.process is not None
+    h = build(mode.runtime, plan=save_plan)  # type: ignore[arg-type]
+    key = make_key()
+    await mode.controls.grant(key, purpose=PURPOSE)
+    for fact in ("likes tea", "cycles to work"):
+        assert (await _remember(h, key, fact))["status"] == "saved"
+    lock = psycopg.connect(mode.db.admin_dsn)
+    lock.execute("LOCK TABLE memory_entry IN ACCESS EXCLUSIVE MODE")  # step 2 (delete) waits
+    withdrawal = asyncio.create_task(mode.controls.withdraw(key))
+    try:
+        await _until(lambda: mode.db.scalar(
+            "SELECT NOT enabled FROM memory_scope WHERE principal_subject = %s",
+            [key.principal.subject]) is True)  # step 1 (disable) committed
+        mode.process.kill()  # the controller dies between disabling and erasing
+    finally:
+        lock.rollback()
+        lock.close()
+    with pytest.raises(GovernanceError) as failed:
+        await withdrawal
+    assert failed.value.reason in (ReasonCode.STORE_UNAVAILABLE, ReasonCode.ERASURE_FAILED)
+    mode.process.start()
+    # fail-closed: the scope is disabled, whatever the erasure's state
+    assert (await _remember(h, key, "after the crash"))["status"] != "saved"
+    assert await mode.controls.generation(key) is None
+    receipt = await mode.controls.withdraw(key)  # finishing it is safe to repeat
+    assert receipt.verified and physical_rows(mode.db, key) == 0
+    assert (await mode.controls.status(key)).enabled is False
