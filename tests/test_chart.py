@@ -266,6 +266,18 @@ def test_sample_validates_against_the_patched_crds(env: Env) -> None:
     assert embedding["provider"] == "OpenAI" and "apiKeySecret" not in embedding
 
 
+def test_byo_sample_validates_and_holds_no_database_credentials(env: Env) -> None:
+    path = SAMPLE / "byo-agent.yaml"
+    [result] = env.validate(path)
+    assert (result["kind"], result["errors"]) == ("Agent", [])
+    deployment = result["defaulted"]["spec"]["byo"]["deployment"]
+    names = {e["name"] for e in deployment["env"]}
+    assert {"KAGENT_MEMORY_URL", "KAGENT_MEMORY_LOCAL_SERVER", "KAGENT_MEMORY_SCOPE_ISSUER",
+            "KAGENT_MEMORY_SCOPE_PUBLIC_KEYS"} <= names
+    text = path.read_text().lower()
+    assert "dsn" not in text and "postgres" not in text and "password" not in text
+
+
 def _agent(name: str, declarative: dict) -> dict:
     return {"apiVersion": "kagent.dev/v1alpha2", "kind": "Agent",
             "metadata": {"name": name, "namespace": "kagent"},
