@@ -8,7 +8,7 @@ import asyncio
 import os
 import sys
 import textwrap
-from typing import NoReturn
+from typing import Any, NoReturn
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -32,6 +32,7 @@ from ._embedded import EmbeddedUnavailable
 from .errors import GovernanceError, ReasonCode, from_database_error
 from .identity import AgentIdentity, MemoryScope, OriginKind, Principal, ScopeKey
 from .migrations import LATEST_VERSION, migrate
+from .repository import ControlRepository, OperatorRepository
 from .store import GovernedMemoryStore
 
 __all__ = ["EXIT_CONFIGURATION", "EXIT_FAILED", "EXIT_OK", "EXIT_UNAVAILABLE", "EXIT_USAGE",
@@ -42,7 +43,8 @@ DEFAULT_LOCAL_SERVER = "example.org"
 _CONFIGURATION = frozenset({
     ReasonCode.LOGIN_REFUSED, ReasonCode.PERMISSION_DENIED, ReasonCode.PRIVILEGED_ROLE,
     ReasonCode.SERVICE_ROLE_MISSING, ReasonCode.OPERATOR_ROLE_MISSING,
-    ReasonCode.LOCAL_SERVER_MISMATCH})
+    ReasonCode.LOCAL_SERVER_MISMATCH, ReasonCode.UNAUTHENTICATED, ReasonCode.FORBIDDEN,
+    ReasonCode.CONTROLLER_ERROR})
 _UNAVAILABLE = frozenset({ReasonCode.STORE_UNAVAILABLE, ReasonCode.SCHEMA_OUTDATED})
 
 
@@ -117,6 +119,15 @@ def _parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False, parents=[server])
     common.add_argument("--dsn", default=os.environ.get("KGM_DSN"),
                         help="PostgreSQL DSN (default: $KGM_DSN)")
+    # the bridge's side of a patched kagent controller, instead of the database
+    bridge = argparse.ArgumentParser(add_help=False, parents=[common])
+    bridge.add_argument("--controller", default=os.environ.get("KGM_CONTROLLER_URL"),
+                        help="the kagent controller's governed memory URL, e.g. "
+                        "http://kagent-controller.kagent:8085 (default: $KGM_CONTROLLER_URL); "
+                        "instead of --dsn")
+    bridge.add_argument("--token-file", default=None,
+                        help="with --controller: a ServiceAccount token file of the bridge "
+                        "(default: /var/run/secrets/tokens/kagent-token)")
     sub = p.add_subparsers(dest="command")
 
     demo = _command(sub, "demo", "walk one scope through consent, save, search, forget, withdraw",
@@ -146,7 +157,8 @@ def _parser() -> argparse.ArgumentParser:
              ).set_defaults(handler=_with_store(_sweep))
     status = _command(sub, "status", "content-free status of one scope or of the whole store",
                       "With --principal, --namespace, --agent and --room: one scope; without: "
-                      "aggregate counts.", [common])
+                      "aggregate counts (database only). With --controller, one scope through "
+                      "the kagent controller, as the bridge.", [bridge])
     _key_args(status)
     status.set_defaults(handler=_with_store(_status))
     _command(sub, "verify", "check the store's invariants",
@@ -157,9 +169,14 @@ def _parser() -> argparse.ArgumentParser:
     operator.add_argument("--principal", required=True, help="complete MXID")
     operator.add_argument("--origin", default=OriginKind.NATIVE_LOCAL.value,
                           choices=[o.value for o in OriginKind])
+    offboard = argparse.ArgumentParser(add_help=False, parents=[bridge])
+    offboard.add_argument("--principal", required=True, help="complete MXID")
+    offboard.add_argument("--origin", default=OriginKind.NATIVE_LOCAL.value,
+                          choices=[o.value for o in OriginKind])
     _command(sub, "offboard", "block, disable, clear and verify every scope of one principal",
-             "--dsn is an OPERATOR login (kagent_memory_operator) or the owner. Exit 1 when an "
-             "erasure could not be verified (run it again).", [operator]
+             "--dsn is an OPERATOR login (kagent_memory_operator) or the owner; or "
+             "--controller, as the bridge. Exit 1 when an erasure could not be verified (run "
+             "it again).", [offboard]
              ).set_defaults(handler=_with_store(_offboard, privileged=True))
     _command(sub, "unblock", "lift an offboarding block so the principal may consent again",
              "--dsn is an OPERATOR login (kagent_memory_operator) or the owner.", [operator]
@@ -207,11 +224,20 @@ async def _probe_login(dsn: str) -> None:
 
 
 def _with_store(
-    fn: Callable[[GovernedMemoryStore, argparse.Namespace], Awaitable[int]],
+    fn: Callable[[Any, argparse.Namespace], Awaitable[int]],
     *,
     privileged: bool = False,
 ) -> Callable[[argparse.Namespace], Awaitable[int]]:
     async def run(args: argparse.Namespace) -> int:
+        if getattr(args, "controller", None):
+            if args.dsn and os.environ.get("KGM_DSN") != args.dsn:
+                raise CliError(EXIT_USAGE, "invalid_argument",
+                               "pass --dsn or --controller, not both")
+            from .controller import KagentBridgeStore
+
+            async with KagentBridgeStore(args.controller, local_server=args.local_server,
+                                         token_file=args.token_file) as bridge:
+                return await fn(bridge, args)
         _check_dsn(args)
         await _probe_login(args.dsn)
         async with await GovernedMemoryStore.open(args.dsn, local_server=args.local_server,
@@ -244,9 +270,13 @@ async def _sweep(store: GovernedMemoryStore, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-async def _status(store: GovernedMemoryStore, args: argparse.Namespace) -> int:
+async def _status(store: ControlRepository, args: argparse.Namespace) -> int:
     given = [args.principal, args.namespace, args.agent, args.room]
     if not any(given):
+        if not isinstance(store, OperatorRepository):
+            raise CliError(EXIT_USAGE, "invalid_argument",
+                           "the store-wide status needs --dsn (an operator login); through "
+                           "--controller, name one scope")
         report = await store.report()
         body = report.model_dump(mode="json")
         emit(args, body, "\n".join(f"{k}: {human_value(v)}" for k, v in body.items()))
@@ -282,7 +312,7 @@ async def _verify(store: GovernedMemoryStore, args: argparse.Namespace) -> int:
     return EXIT_OK if not violations else EXIT_FAILED
 
 
-async def _offboard(store: GovernedMemoryStore, args: argparse.Namespace) -> int:
+async def _offboard(store: ControlRepository, args: argparse.Namespace) -> int:
     print("offboarding: disabling every scope of the principal, then clearing each ...",
           file=sys.stderr)
     report = await store.offboard(Principal(mxid=args.principal, origin=args.origin))

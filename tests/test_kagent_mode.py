@@ -347,3 +347,167 @@ async def test_a_controller_crash_during_withdrawal_stays_fail_closed(mode: Mode
     receipt = await mode.controls.withdraw(key)  # finishing it is safe to repeat
     assert receipt.verified and physical_rows(mode.db, key) == 0
     assert (await mode.controls.status(key)).enabled is False
+
+
+# -- sinks that keep things (both modes; kagent adds the controller's own log) ---------------------
+
+
+async def test_no_sentinel_reaches_any_sink(mode: Mode, monkeypatch: Any) -> None:
+    import io
+    import traceback
+
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    from test_sentinels import ROUTER, _leaks, _sentinels
+
+    from kagent_governed_memory.telemetry import (
+        ContentFreeSpanProcessor,
+        install_content_free_logging,
+    )
+
+    monkeypatch.setenv("ADK_CAPTURE_MESSAGE_CONTENT_IN_SPANS", "true")  # the worst case
+    if not isinstance(trace.get_tracer_provider(), TracerProvider):
+        provider = TracerProvider()
+        provider.add_span_processor(ROUTER)  # type: ignore[arg-type]
+        trace.set_tracer_provider(provider)
+    s = _sentinels()
+    root, stream = logging.getLogger(), io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(logging.Formatter("%(name)s %(levelname)s %(message)s %(args)r"))
+    old_level = root.level
+    root.setLevel(logging.DEBUG)
+    root.addHandler(handler)
+    sanitizer = install_content_free_logging()
+    exporter = InMemorySpanExporter()
+    ROUTER.target = ContentFreeSpanProcessor(SimpleSpanProcessor(exporter))
+    with mode.db.admin() as conn:
+        conn.execute("ALTER TABLE memory_entry ADD CONSTRAINT sentinel_probe"
+                     " CHECK (content NOT LIKE 'DBFAIL%')")
+    h = build(mode.runtime, plan=save_plan, span_content="warn",  # type: ignore[arg-type]
+              summaries=[f"Sure! Facts: {s['summary']}"])
+    key = make_key()
+    raised: list[BaseException] = []
+    try:
+        await mode.controls.grant(key, purpose=PURPOSE)
+        for text in [f"Tell me what you remember about {s['prefetch_query']} and my drink.",
+                     f"remember: {s['fact']} prefers green tea with honey",
+                     f"recall: {s['load_query']}",
+                     f"remember: DBFAIL {s['db']}",
+                     "Plain turn one.", "Plain turn two."]:
+            assert await h.turn(text, key=key)
+        await h.service.drain()
+        assert h.model.calls.count("summarise") == 1
+        assert physical_rows(mode.db, key) == 1  # the fact; not the refused one
+        with memory_request(sign(key, session="direct"), public_keys=PUBLIC_KEYS,
+                            issuer=ISSUER, agent=AGENT, context_id="a2a-context-direct") as b:
+            assert b.assertion is not None
+            generation = await mode.runtime.redeem(b.assertion)
+            try:
+                await mode.runtime.save(key, generation, facts=[f"DBFAIL {s['db']}"],
+                                        embeddings=[vec("x")])
+            except GovernanceError as exc:
+                raised.append(exc)
+        assert [e.reason for e in raised] == [ReasonCode.INVALID_ARGUMENT]  # type: ignore[attr-defined]
+    finally:
+        sanitizer.remove()
+        ROUTER.target = None
+        root.removeHandler(handler)
+        root.setLevel(old_level)
+    if mode.process is not None:
+        mode.process.stop()  # flush the controller's log
+    with mode.db.admin() as conn:
+        audit = "\n".join(str(r) for table in ("memory_audit", "memory_scope")
+                          for r in conn.execute(f"SELECT row_to_json(t)::text FROM {table} t"))
+    sinks = {
+        "logs": stream.getvalue(),
+        "spans": "\n".join(span.to_json() for span in exporter.get_finished_spans()),
+        "metrics": json.dumps(h.metrics()),
+        "audit": audit,
+        "errors": "\n".join("".join(traceback.format_exception(e)) + repr(e) for e in raised),
+    }
+    if mode.process is not None:
+        sinks["controller log"] = mode.process.log.read_text()
+        assert "Governed memory operation" in sinks["controller log"]  # it logged, and ...
+    assert "controller" in sinks["logs"] or mode.name == "direct"
+    for sink, text in sinks.items():
+        assert text, f"the {sink} sink captured nothing"
+        assert _leaks(text, s) == [], sink
+
+
+# -- the bridge's controls and the CLI on either backend -------------------------------------------
+
+
+async def test_the_bridges_memory_commands_work_on_either_backend(mode: Mode) -> None:
+    from kagent_governed_memory import ControlRoomCheck, MemoryControls, Principal
+    from kagent_governed_memory.controls import (
+        ConfirmationRequired,
+        ErasureReply,
+        ForgetReply,
+        InspectReply,
+        StatusReply,
+    )
+
+    alice = Principal(mxid="@alice:example.org", origin="native_local")
+    controls = MemoryControls(mode.controls, agents={"my-agent": AGENT}, secret=b"c" * 32)
+
+    async def ok() -> ControlRoomCheck:
+        return ControlRoomCheck(allowed=True)
+
+    async def run(text: str) -> Any:
+        return await controls.handle(text, sender=alice, subject=alice,
+                                     room_id="!control-a:example.org", room_check=ok)
+
+    key = make_key()
+    await mode.controls.grant(key, purpose=PURPOSE)
+    ids = await _seed(mode, key, *(f"alice fact {i}" for i in range(12)))
+    status = await run("!memory status my-agent")
+    assert isinstance(status, StatusReply) and status.status.entry_count == 12
+    page = await run("!memory inspect my-agent")
+    assert isinstance(page, InspectReply) and len(page.entries) == 10 and page.next_cursor
+    rest = await run(f"!memory inspect my-agent {page.next_cursor}")
+    assert isinstance(rest, InspectReply) and len(rest.entries) == 2
+    assert {e.id for e in page.entries + rest.entries} == set(ids)
+    forgot = await run(f"!memory forget my-agent {ids[0]}")
+    assert isinstance(forgot, ForgetReply) and forgot.receipt.deleted == 1
+    ask = await run("!memory off my-agent")
+    assert isinstance(ask, ConfirmationRequired)
+    done = await run(f"!memory off my-agent {ask.token}")
+    assert isinstance(done, ErasureReply) and done.receipt.deleted == 11
+    assert physical_rows(mode.db, key) == 0
+
+
+@kagent_only
+async def test_the_cli_speaks_to_the_controller_as_the_bridge(mode: Mode, tmp_path: Any) -> None:
+    import subprocess
+    import sys
+
+    assert mode.process is not None
+    key = make_key()
+    await mode.controls.grant(key, purpose=PURPOSE)
+    await _seed(mode, key, "likes tea")
+    token = tmp_path / "token"
+    token.write_text(BRIDGE_TOKEN + "\n")
+
+    def cli(*args: str, token_file: Any = token) -> tuple[int, Any]:
+        done = subprocess.run(
+            [sys.executable, "-m", "kagent_governed_memory", *args, "--json",
+             "--controller", mode.process.url, "--token-file", str(token_file),  # type: ignore[union-attr]
+             "--local-server", LOCAL], capture_output=True, text=True, check=False,
+            env={k: v for k, v in __import__("os").environ.items() if k != "KGM_DSN"})
+        return done.returncode, json.loads(done.stdout)
+
+    scope = ["--principal", key.principal.subject, "--namespace", "kagent", "--agent",
+             "my-agent", "--room", key.scope.room_id or ""]
+    code, body = cli("status", *scope)
+    assert code == 0 and body["enabled"] is True and body["entry_count"] == 1
+    code, body = cli("status")
+    assert code == 2 and body["error"] == "invalid_argument"  # store-wide needs the database
+    bad = tmp_path / "bad-token"
+    bad.write_text("not-a-token")
+    code, body = cli("status", *scope, token_file=bad)
+    assert code == 4 and body["error"] == "unauthenticated"
+    code, body = cli("offboard", "--principal", key.principal.subject)
+    assert code == 0 and body["ok"] is True and [s["deleted"] for s in body["scopes"]] == [1]
+    assert physical_rows(mode.db, key) == 0

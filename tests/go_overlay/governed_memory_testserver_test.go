@@ -24,6 +24,9 @@
 //	KGM_TESTSERVER_DSN        the database login the controller uses (the service role)
 //	KGM_TESTSERVER_LOCAL_SERVER  the local homeserver (--governed-memory-local-server)
 //	KAGENT_MEMORY_SCOPE_PUBLIC_KEYS[_FILE], KAGENT_MEMORY_SCOPE_ISSUER  as for the controller
+//	KGM_TESTSERVER_BIND       the listen address (default 127.0.0.1:0; a restart reuses one)
+//
+// The controller's logs go to standard output at debug level.
 //
 // It serves until its standard input is closed.
 package httpserver
@@ -43,6 +46,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/kagent-dev/kagent/go/api/v1alpha2"
 	coredatabase "github.com/kagent-dev/kagent/go/core/internal/database"
@@ -80,6 +85,8 @@ func TestGovernedMemoryTestServer(t *testing.T) {
 	if addrFile == "" {
 		t.Skip("verification overlay: run by kagent_governed_memory's tests only")
 	}
+	// The controller's own logs, at debug level, on standard output: a sink the tests read.
+	ctrllog.SetLogger(zap.New(zap.UseDevMode(true), zap.WriteTo(os.Stdout)))
 	ctx := context.Background()
 	// The controller's own connect path (pgvector types registered, as with the vector track).
 	pool, err := coredatabase.Connect(ctx, &coredatabase.PostgresConfig{
