@@ -8,7 +8,8 @@ The controller is called as a deployment calls it (``contract_backends.HttpBacke
 routes with the bridge's ServiceAccount token, runtime routes with the agent's token and a
 bridge-signed scope assertion.  The controller-only tests at the end check, through the compiled
 HTTP server, that an unauthenticated caller, another agent and an agent on a bridge route are
-refused with the right status and ``{"error": ...}`` body and change nothing in the database.
+refused with the right status and ``{"error": ...}`` body and change nothing in the database,
+and that ``/search`` with ``vectors`` answers each query vector as a single search does.
 
 Without Go or kagent's source the controller runs are reported as NOT RUN (skipped, with the
 reason in pytest's summary); the library runs always run.  The scenarios use fresh keys, so the
@@ -398,3 +399,53 @@ async def test_agent_tokens_are_refused_on_bridge_routes_and_change_nothing(cont
     assert db.rows_of(key) == 1
     assert db.scalar("SELECT enabled FROM memory_scope WHERE principal_subject = %s",
                      [key.principal.subject]) is True
+
+
+# -- several query vectors in one request (0017) ---------------------------------------------
+
+
+async def _search(client: httpx.AsyncClient, backend: HttpBackend, key: ScopeKey,
+                  generation: int, **query: Any) -> httpx.Response:
+    return await client.post(f"{GOVERNED}/search", headers=backend.headers("search", key),
+                             json={"scope": scope_body(key), "generation": generation,
+                                   "limit": 5, **query})
+
+
+@controller_only
+async def test_vectors_answer_each_query_as_a_single_search(controller: str, db: Db) -> None:
+    key, backend, client = await _seeded(controller)
+    try:
+        generation = await backend.generation(key)
+        assert generation is not None
+        await backend.save(key, generation, ["likes green tea", "works on kagent"],
+                           [vec("likes green tea"), vec("works on kagent")])
+        queries = [vec("likes green tea"), vec("works on kagent")]
+        singles = []
+        for query in queries:
+            r = await _search(client, backend, key, generation, vector=query)
+            assert r.status_code == 200, r.text
+            singles.append(r.json()["memories"])
+        r = await _search(client, backend, key, generation, vectors=queries)
+        assert r.status_code == 200, r.text
+        # element-wise: the same ids, contents, times and scores, in the same order
+        assert r.json() == {"results": singles}
+    finally:
+        await client.aclose()
+    assert [s[0]["content"] for s in singles] == ["likes green tea", "works on kagent"]
+    assert [len(s) for s in singles] == [3, 3]
+
+
+@controller_only
+async def test_more_than_eight_vectors_are_refused_and_change_nothing(controller: str,
+                                                                      db: Db) -> None:
+    key, backend, client = await _seeded(controller)
+    try:
+        generation = await backend.generation(key)
+        assert generation is not None
+        before = _state(db)
+        r = await _search(client, backend, key, generation,
+                          vectors=[vec(f"query {i}") for i in range(9)])
+        assert (r.status_code, r.json()) == (400, {"error": "invalid_argument"})
+    finally:
+        await client.aclose()
+    assert _state(db) == before
