@@ -390,6 +390,8 @@ async def test_agent_tokens_are_refused_on_bridge_routes_and_change_nothing(cont
                                   headers=agent_headers("kagent", "my-agent"))
             assert (r.status_code, r.json()) == (403, {"error": "forbidden"}), route
         for route in RUNTIME:  # and the bridge's token on the agent runtime routes
+            if route == "forget":  # the bridge forgets for its subject (0018): below
+                continue
             r = await client.post(f"{GOVERNED}/{route}", json=_body(key, route),
                                   headers=bridge_headers())
             assert (r.status_code, r.json()) == (403, {"error": "forbidden"}), route
@@ -449,3 +451,20 @@ async def test_more_than_eight_vectors_are_refused_and_change_nothing(controller
     finally:
         await client.aclose()
     assert _state(db) == before
+
+
+@controller_only
+async def test_the_bridge_forgets_one_entry_without_an_assertion(controller: str, db: Db) -> None:
+    key, backend, client = await _seeded(controller)
+    try:
+        [(entry, _)] = await backend.inspect(key)
+        r = await client.post(f"{GOVERNED}/forget", headers=bridge_headers(),
+                              json={"scope": scope_body(key), "entry_id": entry})
+        assert r.status_code == 200 and (r.json()["deleted"], r.json()["verified"]) == (1, True)
+        assert db.rows_of(key) == 0
+        # an agent's token still needs the request's assertion
+        r = await client.post(f"{GOVERNED}/forget", headers=agent_headers("kagent", "my-agent"),
+                              json={"scope": scope_body(key), "entry_id": entry})
+        assert (r.status_code, r.json()) == (403, {"error": "assertion_missing"})
+    finally:
+        await client.aclose()
