@@ -211,7 +211,9 @@ _FIELD_HINT: dict[str, str] = {
     "dsn": "dsn is a PostgreSQL connection string (libpq keywords or a postgresql:// URL)",
     "memory_service_uri": "a governed memory service URI is kgm+postgresql://<application "
     "login>@<host>/<db>?local_server=...&agent=<namespace>/<name>&embedding_url=...&"
-    "embedding_model=... (see kagent_governed_memory.adk.uri)",
+    "embedding_model=... in direct mode, or kgm+http://<controller>:8085?local_server=...&"
+    "agent=...&embedding_url=...&embedding_model=... in kagent mode (see "
+    "kagent_governed_memory.adk.uri)",
     "uri_agent": "the URI needs agent=<namespace>/<name>, the exact kagent agent it serves",
     "uri_local_server": "the URI needs local_server=<your Matrix homeserver name>",
     "embedding_url": "the URI needs embedding_url and embedding_model (an OpenAI-compatible "

@@ -97,3 +97,38 @@ def test_another_scheme_is_refused():
     with pytest.raises(InvalidInput) as err:
         UriGovernedMemoryService("postgresql://app@db/memory?local_server=example.org")
     assert err.value.ids.get("field") == "memory_service_uri"
+
+
+async def test_kagent_mode_uri_builds_the_service_on_the_controller(tmp_path):
+    from kagent_governed_memory import KagentControllerStore
+    from kagent_governed_memory.adk.uri import KAGENT_SCHEMES
+
+    token = tmp_path / "token"
+    token.write_text("a-service-account-token\n")
+    registry = ServiceRegistry()
+    register(registry)
+    for scheme in KAGENT_SCHEMES:
+        service = registry.create_memory_service(
+            f"{scheme}://kagent-controller.kagent:8085?local_server=example.org"
+            f"&agent=kagent/my-agent&embedder=hashing&span_content=ignore"
+            f"&token_file={token}")
+        store = service.store
+        assert isinstance(store, KagentControllerStore)
+        assert store.agent == service.agent and store.local_server == "example.org"
+        assert store._http._base.startswith(scheme.removeprefix("kgm+") + "://kagent-controller")
+        assert store._http._tokens.get() == "a-service-account-token"
+        await store.aclose()
+
+
+@pytest.mark.parametrize("uri", [
+    "kgm+http://user:secret@kagent-controller:8085?local_server=example.org&agent=kagent/a"
+    "&embedder=hashing",  # no credentials in a controller URI
+    "kgm+http://kagent-controller:8085?local_server=example.org&agent=kagent/a"
+    "&embedder=hashing&sslmode=disable",  # libpq options mean the wrong scheme
+    "kgm+http:///?local_server=example.org&agent=kagent/a&embedder=hashing",  # no host
+])
+def test_bad_kagent_mode_uris_are_refused_without_echo(uri):
+    with pytest.raises(InvalidInput) as info:
+        UriGovernedMemoryService(uri)
+    assert info.value.ids.get("field") == "memory_service_uri"
+    assert "secret" not in str(info.value) and "kagent-controller" not in repr(info.value)

@@ -13,6 +13,16 @@ google-adk builds its services from URIs before its server's event loop runs
 
 * or ``services.py``: ``from kagent_governed_memory.adk.uri import register; register()``.
 
+Kagent mode (no database credentials in the pod) is the same with the controller's governed
+memory URL and the scheme ``kgm+http`` (or ``kgm+https``)::
+
+    kgm+http://kagent-controller.kagent:8085?local_server=example.org&agent=kagent/my-agent
+        &embedding_url=http://agentgateway/v1&embedding_model=bge-m3&dimension=1024
+
+It builds the service on ``KagentControllerStore`` (the pod's kagent ServiceAccount token from
+``/var/run/secrets/tokens/kagent-token``, or ``token_file=``); register the schemes the same way
+(``services.yaml``: ``scheme: kgm+http``; ``register()`` registers all three).
+
 The URI is the application login's PostgreSQL URI with the scheme ``kgm+postgresql`` and these
 query parameters (every other parameter is passed to libpq, e.g. ``sslmode``)::
 
@@ -44,6 +54,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit
 import psycopg
 
 from ..embedding import Embedder, HashingEmbedder, OpenAICompatibleEmbedder
+from ..controller import KagentControllerStore
 from ..errors import InvalidInput, ReasonCode
 from ..identity import AgentIdentity
 from ..policy import PROTOTYPE_POLICY, MemoryPolicy
@@ -51,11 +62,13 @@ from ..store import GovernedMemoryStore
 from ..telemetry import SpanContentMode
 from .service import GovernedMemoryService
 
-__all__ = ["SCHEME", "UriGovernedMemoryService", "memory_service_from_uri", "register"]
+__all__ = ["KAGENT_SCHEMES", "SCHEME", "UriGovernedMemoryService", "memory_service_from_uri",
+           "register"]
 
-SCHEME = "kgm+postgresql"
+SCHEME = "kgm+postgresql"  # direct mode: the application's database login
+KAGENT_SCHEMES = ("kgm+http", "kgm+https")  # kagent mode: the controller's governed API
 _OURS = {"local_server", "agent", "embedder", "embedding_url", "embedding_model", "dimension",
-         "span_content"}
+         "span_content", "token_file"}
 _T = TypeVar("_T")
 
 
@@ -83,14 +96,19 @@ class _LazyStore(GovernedMemoryStore):
 
 
 def _parse(uri: str) -> tuple[str, dict[str, str]]:
+    """(the DSN, or the controller's ``http(s)://`` URL in kagent mode; our options)."""
     if not isinstance(uri, str):
         raise InvalidInput(ReasonCode.INVALID_ARGUMENT, field="memory_service_uri")
     parts = urlsplit(uri)
-    if parts.scheme != SCHEME:
+    if parts.scheme != SCHEME and parts.scheme not in KAGENT_SCHEMES:
         raise InvalidInput(ReasonCode.INVALID_ARGUMENT, field="memory_service_uri")
     pairs = parse_qsl(parts.query, keep_blank_values=True)
     ours = {k: v for k, v in pairs if k in _OURS}
     libpq = [(k, v) for k, v in pairs if k not in _OURS]
+    if parts.scheme in KAGENT_SCHEMES:
+        if libpq or not parts.netloc or "@" in parts.netloc:  # nothing else, no credentials
+            raise InvalidInput(ReasonCode.INVALID_ARGUMENT, field="memory_service_uri")
+        return f"{parts.scheme.removeprefix('kgm+')}://{parts.netloc}{parts.path}", ours
     query = urlencode(libpq)
     # not urlunsplit: it drops an empty authority ("postgresql:///db?host=/socket/dir")
     dsn = f"postgresql://{parts.netloc}{parts.path}" + (f"?{query}" if query else "")
@@ -142,21 +160,29 @@ class UriGovernedMemoryService(GovernedMemoryService):
             raise InvalidInput(ReasonCode.INVALID_ARGUMENT, field="uri_local_server")
         policy = MemoryPolicy(**{**PROTOTYPE_POLICY.model_dump(),
                                  "embedding_dimension": embedder.dimension})
-        store = _LazyStore(dsn, local_server=local_server, policy=policy)
-        super().__init__(store, agent=_agent(options.get("agent")), embedder=embedder,
+        agent = _agent(options.get("agent"))
+        store: GovernedMemoryStore | KagentControllerStore
+        if dsn.startswith(("http://", "https://")):
+            store = KagentControllerStore(dsn, agent=agent, local_server=local_server,
+                                          policy=policy, token_file=options.get("token_file"))
+        else:
+            store = _LazyStore(dsn, local_server=local_server, policy=policy)
+        super().__init__(store, agent=agent, embedder=embedder,
                          span_content=_span_content(options.get("span_content", "refuse")))
 
 
 def memory_service_from_uri(uri: str, **kwargs: Any) -> UriGovernedMemoryService:
-    """google-adk's ``ServiceFactory`` for ``kgm+postgresql://`` URIs."""
+    """google-adk's ``ServiceFactory`` for ``kgm+postgresql://`` and ``kgm+http(s)://`` URIs."""
     return UriGovernedMemoryService(uri, **kwargs)
 
 
 def register(registry: Any = None) -> None:
-    """Register the ``kgm+postgresql`` scheme in google-adk's service registry (the global
-    one by default), so ``--memory_service_uri=kgm+postgresql://…`` builds this service."""
+    """Register the ``kgm+postgresql`` and ``kgm+http(s)`` schemes in google-adk's service
+    registry (the global one by default), so ``--memory_service_uri=kgm+…://…`` builds this
+    service."""
     if registry is None:
         from google.adk.cli.service_registry import get_service_registry
 
         registry = get_service_registry()
-    registry.register_memory_service(SCHEME, memory_service_from_uri)
+    for scheme in (SCHEME, *KAGENT_SCHEMES):
+        registry.register_memory_service(scheme, memory_service_from_uri)
