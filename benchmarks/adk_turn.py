@@ -2,6 +2,7 @@
 """What governed memory adds to one turn of a real google-adk ``Runner``.
 
     python benchmarks/adk_turn.py [--sessions 60] [--turns 5] [--facts 50] [--dsn … --app-dsn …]
+                                  [--kagent]
 
 Three agents, identical but for memory, each driven through google-adk's ``Runner`` and
 ``InMemorySessionService`` with a scripted ``BaseLlm`` (replies "ok" at once; the summariser
@@ -18,6 +19,11 @@ gets "[]"-free JSON facts), so the time measured is ADK's plus memory's, never a
   one ``memory_search_many`` for up to 8 sub-queries); later turns redeem the assertion; every
   5th user turn schedules a background auto-save (summarise + admit + save), awaited after the
   turn, untimed, and reported on its own row.
+
+* ``governed-kagent`` (with ``--kagent``): the same service in kagent mode, on
+  ``KagentControllerStore`` talking HTTP (loopback) to the patched kagent controller compiled
+  from ``patches/`` (``tests/go_controller.py``; needs Go and kagent's source), which holds the
+  database login; its scopes are its own, seeded alike.
 
 Sessions rotate the agent order; medians and p95 per turn kind, and the difference to ``none``.
 """
@@ -49,10 +55,13 @@ from google.adk.runners import Runner  # noqa: E402
 from google.adk.sessions import InMemorySessionService  # noqa: E402
 from google.adk.tools.preload_memory_tool import PreloadMemoryTool  # noqa: E402
 from google.genai import types  # noqa: E402
+from opentelemetry.sdk.metrics import MeterProvider  # noqa: E402
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader  # noqa: E402
 
 from kagent_governed_memory import (  # noqa: E402
     AgentIdentity,
     GovernedMemoryStore,
+    KagentControllerStore,
     MemoryScope,
     OriginKind,
     Principal,
@@ -107,15 +116,21 @@ def _pct(xs: Sequence[float], q: float) -> float:
 
 
 async def measure(dsn: str, owner_dsn: str, *, sessions: int, turns: int, facts: int,
-                  scopes: int = 20) -> dict[str, Any]:
+                  scopes: int = 20, kagent: tuple[str, str, Any] | None = None
+                  ) -> dict[str, Any]:
+    """``kagent``: (the controller's URL, this agent's ServiceAccount token, the bridge's
+    private key the controller trusts) to time ``governed-kagent`` as well."""
     await migrate(owner_dsn, local_server=LOCAL)
     store = await GovernedMemoryStore.open(dsn, local_server=LOCAL, sweep_every=None,
                                            privileged=dsn == owner_dsn)
-    bridge = generate_private_key()
+    bridge = kagent[2] if kagent else generate_private_key()
     public = {key_id(bridge): bridge.public_key()}
     embedder = HashingEmbedder()
+    kinds = KINDS + (("governed-kagent",) if kagent else ())
+    remote = (KagentControllerStore(kagent[0], agent=AGENT, local_server=LOCAL, token=kagent[1])
+              if kagent else None)
     try:
-        for i in range(scopes):
+        for i in range(scopes * (2 if kagent else 1)):
             key = scope_key(i)
             gen = (await store.grant(key, purpose="benchmark")).generation
             texts = [f"fact {i}-{n}: the user mentioned topic {n % 17} on day {n}"
@@ -124,10 +139,12 @@ async def measure(dsn: str, owner_dsn: str, *, sessions: int, turns: int, facts:
                 chunk = texts[at:at + 50]
                 await store.save(key, gen, facts=chunk, embeddings=await embedder.embed(chunk))
         model = ScriptedLlm()
-        sessions_svc = {k: InMemorySessionService() for k in KINDS}
+        sessions_svc = {k: InMemorySessionService() for k in kinds}
         adk_memory = InMemoryMemoryService()
+        readers = {k: InMemoryMetricReader() for k in ("governed", "governed-kagent")}
         service = GovernedMemoryService(store, agent=AGENT, embedder=embedder, summariser=model,
-                                        span_content="ignore")
+                                        span_content="ignore", meter_provider=MeterProvider(
+                                            metric_readers=[readers["governed"]]))
         agents = {
             "none": LlmAgent(name="assistant", model=model, instruction="You help the user."),
             "adk-in-memory": LlmAgent(name="assistant", model=model,
@@ -146,19 +163,30 @@ async def measure(dsn: str, owner_dsn: str, *, sessions: int, turns: int, facts:
             "governed": Runner(app_name=APP, agent=agents["governed"],
                                session_service=sessions_svc["governed"]),
         }
-        times: dict[str, dict[str, list[float]]] = {k: {"first": [], "later": []} for k in KINDS}
-        autosave: list[float] = []
+        services = {"governed": service}
+        if remote is not None:
+            services["governed-kagent"] = GovernedMemoryService(
+                remote, agent=AGENT, embedder=embedder, summariser=model, span_content="ignore",
+                meter_provider=MeterProvider(metric_readers=[readers["governed-kagent"]]))
+            agents["governed-kagent"] = configure_governed_memory(
+                LlmAgent(name="assistant", model=model, instruction="You help the user."),
+                services["governed-kagent"])
+            runners["governed-kagent"] = Runner(
+                app_name=APP, agent=agents["governed-kagent"],
+                session_service=sessions_svc["governed-kagent"])
+        times: dict[str, dict[str, list[float]]] = {k: {"first": [], "later": []} for k in kinds}
+        autosave: dict[str, list[float]] = {k: [] for k in services}
 
         async def one_turn(kind: str, session_id: str, key: ScopeKey, n: int, text: str) -> float:
             token = None
             context = f"ctx-{session_id}"
-            if kind == "governed":  # the bridge's work, before the request reaches the runtime
+            if kind in services:  # the bridge's work, before the request reaches the runtime
                 token = sign_scope_assertion(key, private_key=bridge, issuer=ISSUER,
                                              audience=[LOCAL], context_id=context,
                                              lifetime=timedelta(seconds=60))
             t0 = time.perf_counter()
             msg = types.Content(role="user", parts=[types.Part(text=text)])
-            if kind == "governed":
+            if kind in services:
                 with memory_request(token, public_keys=public, issuer=ISSUER, agent=AGENT,
                                     context_id=context):
                     async for _ in runners[kind].run_async(user_id="u", session_id=session_id,
@@ -171,28 +199,46 @@ async def measure(dsn: str, owner_dsn: str, *, sessions: int, turns: int, facts:
             return time.perf_counter() - t0
 
         for s in range(sessions + 2):  # two warm-up sessions, not recorded
-            order = KINDS[s % 3:] + KINDS[: s % 3]
-            key = scope_key(s % scopes)
+            order = kinds[s % len(kinds):] + kinds[: s % len(kinds)]
             for kind in order:
+                # governed-kagent has scopes of its own: budgets are per scope
+                key = scope_key(s % scopes + (scopes if kind == "governed-kagent" else 0))
                 session = await sessions_svc[kind].create_session(app_name=APP, user_id="u")
                 for n in range(turns):
                     dt = await one_turn(kind, session.id, key, n, MESSAGES[n % len(MESSAGES)])
                     if s >= 2:
                         times[kind]["first" if n == 0 else "later"].append(dt)
-                    if kind == "governed" and service._tasks:
+                    if kind in services and services[kind]._tasks:
                         t0 = time.perf_counter()
-                        await service.drain()
+                        await services[kind].drain()
                         if s >= 2:
-                            autosave.append(time.perf_counter() - t0)
+                            autosave[kind].append(time.perf_counter() - t0)
                 if kind == "adk-in-memory":
                     full = await sessions_svc[kind].get_session(app_name=APP, user_id="u",
                                                                 session_id=session.id)
                     assert full is not None
                     await adk_memory.add_session_to_memory(full)
         return {"times": times, "autosave": autosave, "sessions": sessions, "turns": turns,
-                "facts": facts}
+                "facts": facts, "outcomes": {k: _outcomes(v) for k, v in readers.items()}}
     finally:
         await store.close()
+        if remote is not None:
+            await remote.aclose()
+
+
+def _outcomes(reader: Any) -> dict[str, int]:
+    """How the timed service's requests ended (a refused request would be a cheaper turn)."""
+    out: dict[str, int] = {}
+    data = reader.get_metrics_data()
+    for rm in data.resource_metrics if data else []:
+        for sm in rm.scope_metrics:
+            for metric in sm.metrics:
+                for point in metric.data.data_points:
+                    a = point.attributes
+                    if "kgm.memory.operation" in a and metric.name.endswith("operations"):
+                        name = f"{a['kgm.memory.operation']}:{a['kgm.memory.outcome']}"
+                        out[name] = out.get(name, 0) + int(point.value)
+    return out
 
 
 def render(result: dict[str, Any]) -> str:
@@ -200,7 +246,7 @@ def render(result: dict[str, Any]) -> str:
     base = {k: statistics.median(v) for k, v in t["none"].items()}
     lines = ["| agent | first turn of a session: median (p95) | added vs none | "
              "later turns: median (p95) | added vs none |", "|---|---|---:|---|---:|"]
-    for kind in KINDS:
+    for kind in t:
         cells = [kind]
         for which in ("first", "later"):
             xs = t[kind][which]
@@ -208,11 +254,12 @@ def render(result: dict[str, Any]) -> str:
             cells += [f"{med * 1e3:.2f} ms ({_pct(xs, 0.95) * 1e3:.2f} ms)",
                       "—" if kind == "none" else f"+{(med - base[which]) * 1e3:.2f} ms"]
         lines.append("| " + " | ".join(cells) + " |")
-    if result["autosave"]:
-        a = result["autosave"]
-        lines.append(f"| governed auto-save (background, after every "
-                     f"{result['turns']}th user turn; untimed in the turn) | "
-                     f"{statistics.median(a) * 1e3:.2f} ms ({_pct(a, 0.95) * 1e3:.2f} ms) | — | — | — |")
+    for kind, a in result["autosave"].items():
+        if a:
+            lines.append(f"| {kind} auto-save (background, after every "
+                         f"{result['turns']}th user turn; untimed in the turn) | "
+                         f"{statistics.median(a) * 1e3:.2f} ms ({_pct(a, 0.95) * 1e3:.2f} ms)"
+                         " | — | — | — |")
     return "\n".join(lines)
 
 
@@ -224,24 +271,47 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--facts", type=int, default=50)
     parser.add_argument("--dsn")
     parser.add_argument("--app-dsn")
+    parser.add_argument("--kagent", action="store_true",
+                        help="also time governed-kagent through the compiled controller")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     if args.dsn:
-        result = asyncio.run(measure(args.app_dsn or args.dsn, args.dsn, sessions=args.sessions,
-                                     turns=args.turns, facts=args.facts))
+        owner, app = args.dsn, args.app_dsn or args.dsn
+        result = _run(app, owner, args)
     else:
         from kagent_governed_memory._embedded import EmbeddedPostgres
 
         with EmbeddedPostgres() as pg:
-            result = asyncio.run(measure(pg.dsn, pg.owner_dsn, sessions=args.sessions,
-                                         turns=args.turns, facts=args.facts))
+            result = _run(pg.dsn, pg.owner_dsn, args)
     if args.json:
         print(json.dumps(result, indent=2))
     else:
         print(f"{args.sessions} sessions × {args.turns} turns per agent, scripted model, "
               f"HashingEmbedder, {args.facts} facts in the scope\n")
         print(render(result))
+        for kind, counted in result["outcomes"].items():
+            if counted:
+                print(f"\n{kind} outcomes (operation:outcome count): "
+                      + ", ".join(f"{k} {v}" for k, v in sorted(counted.items())))
     return 0
+
+
+def _run(app: str, owner: str, args: argparse.Namespace) -> dict[str, Any]:
+    kw = {"sessions": args.sessions, "turns": args.turns, "facts": args.facts}
+    if not args.kagent:
+        return asyncio.run(measure(app, owner, **kw))
+    sys.path.insert(0, str(_HERE.parent / "tests"))
+    import go_controller
+    from kagent_governed_memory.keys import public_key_pem
+
+    asyncio.run(migrate(owner, local_server=LOCAL))  # the controller starts on a current schema
+    bridge = generate_private_key()
+    env = {"KAGENT_MEMORY_SCOPE_PUBLIC_KEYS": public_key_pem(bridge).decode(),
+           "KAGENT_MEMORY_SCOPE_ISSUER": ISSUER,
+           "KGM_TESTSERVER_AGENTS": f"{AGENT.namespace}/{AGENT.name}"}
+    with go_controller.controller(app, local_server=LOCAL, env=env) as process:
+        token = go_controller.service_account_token(AGENT.namespace, AGENT.name)
+        return asyncio.run(measure(app, owner, kagent=(process.url, token, bridge), **kw))
 
 
 if __name__ == "__main__":

@@ -210,8 +210,41 @@ async def test_adk_turn_benchmark_at_a_tiny_size(database):
     for kind in turn.KINDS:
         assert len(result["times"][kind]["first"]) == 2
         assert len(result["times"][kind]["later"]) == 8
-    assert len(result["autosave"]) == 2
+    assert len(result["autosave"]["governed"]) == 2
+    assert result["outcomes"]["governed"]["request:ok"] == 20  # 4 sessions (2 warm-up) x 5: none refused
     assert "| governed |" in turn.render(result)
+
+
+async def test_adk_turn_benchmark_in_kagent_mode_at_a_tiny_size(database):
+    """benchmarks/adk_turn.py --kagent: governed-kagent is timed through the compiled
+    controller, and its turns were served (not refused, which would be cheaper)."""
+    import go_controller
+
+    from kagent_governed_memory.keys import generate_private_key, public_key_pem
+    from kagent_governed_memory.migrations import migrate
+
+    turn = _load("kgm_benchmarks_adk_turn", "adk_turn.py")
+    await migrate(database.owner_dsn, local_server="example.org")
+    bridge = generate_private_key()
+    env = {"KAGENT_MEMORY_SCOPE_PUBLIC_KEYS": public_key_pem(bridge).decode(),
+           "KAGENT_MEMORY_SCOPE_ISSUER": turn.ISSUER,
+           "KGM_TESTSERVER_AGENTS": f"{turn.AGENT.namespace}/{turn.AGENT.name}"}
+    try:
+        running = go_controller.controller(database.dsn, env=env)
+        process = running.__enter__()
+    except go_controller.Unavailable as exc:
+        pytest.skip(f"GO VERIFICATION NOT RUN: the compiled controller is unavailable ({exc})")
+    try:
+        token = go_controller.service_account_token(turn.AGENT.namespace, turn.AGENT.name)
+        result = await turn.measure(database.dsn, database.owner_dsn, sessions=2, turns=5,
+                                    facts=5, scopes=2, kagent=(process.url, token, bridge))
+    finally:
+        running.__exit__(None, None, None)
+    assert len(result["times"]["governed-kagent"]["later"]) == 8
+    assert len(result["autosave"]["governed-kagent"]) == 2
+    served = result["outcomes"]["governed-kagent"]
+    assert served["request:ok"] == 20 and served["save:ok"] >= 2, served
+    assert "| governed-kagent |" in turn.render(result)
 
 
 async def test_scaling_step_at_a_tiny_size(database):
