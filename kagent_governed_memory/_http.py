@@ -3,7 +3,10 @@ retries only where they are safe, and errors mapped from reason codes alone.
 
 * Every request carries a Kubernetes ServiceAccount token (``Authorization: Bearer``), read
   from a projected-token file (re-read when the kubelet rotates it) or given by a callable.
-* Timeouts are bounded (connect, read, write and pool); nothing waits forever.
+* Timeouts are bounded (connect, read, write and pool), and a whole call — retries included —
+  ends within its ``deadline`` (default 15 s), whatever a slow peer trickles.  An answer larger
+  than ``MAX_ANSWER_BYTES`` is cut off and refused.  Redirects are never followed (they would
+  carry the assertion and the facts elsewhere).
 * A request that never reached the controller (connection refused or reset before sending) may
   be sent again whatever it does.  Anything else is retried only for idempotent operations
   (reads, per-entry forget, withdraw, offboard): a timeout or a 502/503/504 on an admission, a
@@ -17,8 +20,10 @@ retries only where they are safe, and errors mapped from reason codes alone.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
+import stat
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -41,7 +46,8 @@ from .errors import (
     StoreUnavailable,
 )
 
-__all__ = ["BASE_PATH", "DEFAULT_TIMEOUT", "KAGENT_TOKEN_PATH", "Transport"]
+__all__ = ["BASE_PATH", "DEFAULT_DEADLINE", "DEFAULT_TIMEOUT", "KAGENT_TOKEN_PATH",
+           "MAX_ANSWER_BYTES", "Transport"]
 
 _log = logging.getLogger("kagent_governed_memory.controller")
 
@@ -49,6 +55,9 @@ BASE_PATH = "/api/memories/governed"
 # Where kagent mounts the agent pod's projected ServiceAccount token (audience "kagent").
 KAGENT_TOKEN_PATH = "/var/run/secrets/tokens/kagent-token"
 DEFAULT_TIMEOUT = httpx.Timeout(10.0, connect=3.0, pool=3.0)
+DEFAULT_DEADLINE = 15.0  # seconds for a whole call, retries included
+# The largest legitimate answer is a batched search: 8 x 50 records of at most a few KiB each.
+MAX_ANSWER_BYTES = 4 * 1024 * 1024
 _ATTEMPTS = 3
 _RETRY_STATUS = frozenset({502, 503, 504})
 _MAX_TOKEN_BYTES = 16384
@@ -98,7 +107,10 @@ def error_for(status: int, code: object, operation: str) -> GovernanceError:
 
 
 class TokenSource:
-    """A bearer token: a callable's, or a file's (re-read when it changes)."""
+    """A bearer token: a callable's, or a file's (re-read when the kubelet rotates it).
+
+    A token must be printable ASCII and at most 16 KiB; anything else (a corrupt file, a FIFO,
+    a directory) counts as no token at all, so it never reaches a header, an error or a log."""
 
     def __init__(self, token: str | Callable[[], str] | None, token_file: str | Path | None
                  ) -> None:
@@ -106,39 +118,64 @@ class TokenSource:
             raise InvalidInput(ReasonCode.INVALID_ARGUMENT, field="token")
         self._token = token
         self._file = None if token is not None else Path(token_file or KAGENT_TOKEN_PATH)
-        self._cached: tuple[float, str] | None = None
+        self._cached: tuple[tuple[int, int, int], str] | None = None
 
     def get(self) -> str:
         if isinstance(self._token, str):
-            return self._token
+            return _usable(self._token)
         if self._token is not None:
-            value = self._token()
-            return value if isinstance(value, str) else ""
+            try:
+                value = self._token()
+            except Exception:  # noqa: BLE001 - a failing provider is no token, never its text
+                return ""
+            return _usable(value)
         assert self._file is not None
         try:
-            mtime = os.stat(self._file).st_mtime
-            if self._cached is None or self._cached[0] != mtime:
-                raw = self._file.read_bytes()[:_MAX_TOKEN_BYTES]
-                self._cached = (mtime, raw.decode("ascii", "replace").strip())
+            st = os.stat(self._file)
+            if not stat.S_ISREG(st.st_mode) or st.st_size > _MAX_TOKEN_BYTES:
+                return ""
+            version = (st.st_ino, st.st_mtime_ns, st.st_size)
+            if self._cached is None or self._cached[0] != version:
+                with open(self._file, "rb") as f:
+                    raw = f.read(_MAX_TOKEN_BYTES + 1)
+                text = raw.decode("ascii", "replace").strip() if len(raw) <= _MAX_TOKEN_BYTES \
+                    else ""
+                self._cached = (version, _usable(text))
         except OSError:
             return ""
         return self._cached[1]
 
 
+def _usable(token: object) -> str:
+    if (not isinstance(token, str) or len(token) > _MAX_TOKEN_BYTES or not token.isascii()
+            or not token.isprintable() or " " in token):
+        return ""
+    return token
+
+
 class Transport:
-    """One controller, one kind of caller (agent runtime or bridge), one ``httpx`` client."""
+    """One controller, one kind of caller (agent runtime or bridge), one ``httpx`` client.
+
+    A client passed in is used as given, except that redirects are never followed; it must not
+    take proxies from the environment (``trust_env=False``): they would see every fact."""
 
     def __init__(self, url: str, *, tokens: TokenSource, headers: Mapping[str, str] | None = None,
                  timeout: httpx.Timeout | float = DEFAULT_TIMEOUT,
+                 deadline: float = DEFAULT_DEADLINE,
                  client: httpx.AsyncClient | None = None) -> None:
         if not isinstance(url, str) or not url.startswith(("http://", "https://")):
             raise InvalidInput(ReasonCode.INVALID_ARGUMENT, field="controller_url")
+        if client is not None and (not isinstance(client, httpx.AsyncClient)
+                                   or client.trust_env):
+            raise InvalidInput(ReasonCode.INVALID_ARGUMENT, field="http_client")
+        if (isinstance(deadline, bool) or not isinstance(deadline, int | float)
+                or not 0 < deadline <= 300):
+            raise InvalidInput(ReasonCode.INVALID_ARGUMENT, field="deadline")
         self._base = url.rstrip("/") + BASE_PATH
         self._tokens = tokens
         self._headers = dict(headers or {})
+        self._deadline = float(deadline)
         self._own = client is None
-        # no redirects (a redirect would carry the token elsewhere), no proxies from the
-        # environment for a cluster-internal call unless the caller brings its own client
         self._client = client or httpx.AsyncClient(timeout=timeout, follow_redirects=False,
                                                    trust_env=False)
 
@@ -148,52 +185,103 @@ class Transport:
 
     async def post(self, route: str, body: dict[str, Any], *, operation: str, idempotent: bool,
                    headers: Mapping[str, str] | None = None) -> dict[str, Any]:
-        """POST ``body`` to ``route`` and return the answer's JSON object, or raise."""
+        """POST ``body`` to ``route`` and return the answer's JSON object, or raise.
+
+        Nothing raised here keeps the request (its token, assertion or facts) in its message,
+        its chain or this frame's locals."""
         token = self._tokens.get()
         if not token:
             raise InvalidInput(ReasonCode.UNAUTHENTICATED, operation=operation, field="token")
         sent = {**self._headers, **(headers or {}), "Authorization": f"Bearer {token}"}
+        content = _json(body)
+        del token, body
         started = time.perf_counter()
+        result: dict[str, Any] | None = None
         failed: GovernanceError | None = None
-        answer: httpx.Response | None = None
-        for attempt in range(_ATTEMPTS):
-            failed, answer = None, None
-            retry = False
+        if content is None:
+            failed = InvalidInput(ReasonCode.INVALID_ARGUMENT, operation=operation)
+        else:
             try:
-                answer = await self._client.post(f"{self._base}/{route}", json=body,
-                                                 headers=sent)
-            except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout):
+                async with asyncio.timeout(self._deadline):
+                    result = await self._attempts(route, sent, content, operation, idempotent)
+            except GovernanceError as exc:
+                failed = exc
+            except Exception:  # noqa: BLE001 - a timeout, or anything httpx raised: its text stays
                 failed = StoreUnavailable(ReasonCode.STORE_UNAVAILABLE, operation=operation)
-                retry = True  # never reached the controller: safe for any operation
-            except httpx.TransportError:  # read/write timeouts, resets mid-request
-                failed = StoreUnavailable(ReasonCode.STORE_UNAVAILABLE, operation=operation)
-                retry = idempotent
-            if answer is not None and answer.status_code in _RETRY_STATUS:
-                retry = idempotent
-            if not retry or attempt + 1 == _ATTEMPTS:
-                break
-            await asyncio.sleep(0.1 * 2**attempt)
+        del sent, content
         ms = (time.perf_counter() - started) * 1000
-        if answer is None:
-            assert failed is not None
-            _log.warning("controller call failed operation=%s reason=%s ms=%.1f", operation,
-                         failed.reason.value, ms)
+        if failed is not None:
+            failed.__context__ = failed.__cause__ = None
+            log = _log.info if 400 <= int(failed.ids.get("status", "0") or 0) < 500 \
+                else _log.warning
+            log("controller call failed operation=%s reason=%s status=%s ms=%.1f", operation,
+                failed.reason.value, failed.ids.get("status", "-"), ms)
             raise failed
-        return self._decode(answer, operation, ms)
+        assert result is not None
+        _log.debug("controller call operation=%s ms=%.1f", operation, ms)
+        return result
 
-    @staticmethod
-    def _decode(answer: httpx.Response, operation: str, ms: float) -> dict[str, Any]:
-        status = answer.status_code
-        data: object = None
+    async def _attempts(self, route: str, sent: dict[str, str], content: bytes, operation: str,
+                        idempotent: bool) -> dict[str, Any]:
+        url = f"{self._base}/{route}"
+        headers = {**sent, "Content-Type": "application/json"}
+        for attempt in range(_ATTEMPTS):
+            retry, failed = False, None
+            try:
+                status, raw = await self._exchange(url, headers, content)
+            except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout):
+                retry = True  # never reached the controller: safe for any operation
+            except (httpx.TransportError, _TooLarge):  # timeouts, resets, an oversized answer
+                retry = idempotent
+            else:
+                if status in _RETRY_STATUS and idempotent and attempt + 1 < _ATTEMPTS:
+                    retry = True
+                else:
+                    return _decode(status, raw, operation)
+            failed = StoreUnavailable(ReasonCode.STORE_UNAVAILABLE, operation=operation)
+            if not retry or attempt + 1 == _ATTEMPTS:
+                raise failed
+            await asyncio.sleep(0.1 * 2**attempt)
+        raise StoreUnavailable(ReasonCode.STORE_UNAVAILABLE, operation=operation)
+
+    async def _exchange(self, url: str, headers: dict[str, str], content: bytes
+                        ) -> tuple[int, bytes]:
+        """One request; the answer read up to ``MAX_ANSWER_BYTES``."""
+        request = self._client.build_request("POST", url, headers=headers, content=content)
+        answer = await self._client.send(request, stream=True, follow_redirects=False)
         try:
-            data = answer.json() if answer.content else None
-        except ValueError:
-            data = None
-        if 200 <= status < 300 and isinstance(data, dict):
-            _log.debug("controller call operation=%s status=%d ms=%.1f", operation, status, ms)
-            return data
-        code = data.get("error") if isinstance(data, dict) else None
-        error = error_for(status, code if 200 > status or status >= 300 else None, operation)
-        _log.info("controller refused operation=%s status=%d reason=%s ms=%.1f", operation,
-                  status, error.reason.value, ms)
-        raise error
+            chunks, size = [], 0
+            async for chunk in answer.aiter_bytes():  # decoded: bounds a compressed bomb too
+                size += len(chunk)
+                if size > MAX_ANSWER_BYTES:
+                    raise _TooLarge
+                chunks.append(chunk)
+        finally:
+            await answer.aclose()
+        return answer.status_code, b"".join(chunks)
+
+
+class _TooLarge(Exception):
+    pass
+
+
+def _json(body: object) -> bytes | None:
+    try:
+        return json.dumps(body, separators=(",", ":"), allow_nan=False).encode()
+    except (TypeError, ValueError, RecursionError):
+        return None
+
+
+def _decode(status: int, raw: bytes, operation: str) -> dict[str, Any]:
+    """The answer's JSON object on a 2xx without an ``error`` member; otherwise the error its
+    reason code names (never any other part of the body)."""
+    data: object = None
+    try:
+        data = json.loads(raw) if raw else None
+    except (ValueError, RecursionError):
+        data = None
+    if 200 <= status < 300 and isinstance(data, dict) and "error" not in data:
+        return data
+    code = data.get("error") if isinstance(data, dict) else None
+    # a 2xx carrying an error, or no object at all, is not an answer we know how to trust
+    raise error_for(status, code, operation)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 import re
+from functools import partial
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -31,7 +32,7 @@ from typing import Any, Self, TypeVar
 
 import httpx
 
-from ._http import DEFAULT_TIMEOUT, KAGENT_TOKEN_PATH, TokenSource, Transport
+from ._http import DEFAULT_DEADLINE, DEFAULT_TIMEOUT, KAGENT_TOKEN_PATH, TokenSource, Transport
 from ._validate import _check_fact, _check_local_server, _generation, _vector
 from .assertion import ScopeAssertion
 from .errors import GovernanceError, InvalidInput, ReasonCode, ScopeDenied
@@ -56,6 +57,7 @@ _MAX_QUERIES = 8
 _MAX_PAGE = 50
 _FRACTION = re.compile(r"(\.\d{6})\d+")
 _R = TypeVar("_R", bound=ForgetReceipt)
+_T = TypeVar("_T")
 
 
 class _Client:
@@ -64,14 +66,14 @@ class _Client:
     def __init__(self, url: str, *, local_server: str, policy: MemoryPolicy,
                  token: str | Callable[[], str] | None, token_file: str | Path | None,
                  headers: Mapping[str, str], timeout: httpx.Timeout | float,
-                 client: httpx.AsyncClient | None) -> None:
+                 deadline: float, client: httpx.AsyncClient | None) -> None:
         _check_local_server(local_server)
         if not isinstance(policy, MemoryPolicy):
             raise InvalidInput(ReasonCode.INVALID_POLICY)
         self._local_server = local_server
         self._policy = policy
         self._http = Transport(url, tokens=TokenSource(token, token_file), headers=headers,
-                               timeout=timeout, client=client)
+                               timeout=timeout, deadline=deadline, client=client)
 
     @property
     def policy(self) -> MemoryPolicy:
@@ -99,14 +101,10 @@ class _Client:
         key.require_servable(self._local_server)
 
     def _record(self, key: ScopeKey, m: Any) -> MemoryRecord:
-        try:
-            score = m.get("score")
-            return MemoryRecord(id=str(m["id"]), text=str(m["content"]), scope=key,
-                                created_at=_time(m["created_at"]),
-                                expires_at=_time(m["expires_at"]),
-                                distance=None if score is None else 1.0 - float(score))
-        except (KeyError, TypeError, ValueError, AttributeError):
-            raise _malformed() from None
+        return _parsed(lambda: MemoryRecord(
+            id=str(m["id"]), text=str(m["content"]), scope=key,
+            created_at=_time(m["created_at"]), expires_at=_time(m["expires_at"]),
+            distance=None if m.get("score") is None else 1.0 - float(m["score"])))
 
 
 class KagentControllerStore(_Client):
@@ -124,13 +122,14 @@ class KagentControllerStore(_Client):
                  token: str | Callable[[], str] | None = None,
                  token_file: str | Path | None = None,
                  timeout: httpx.Timeout | float = DEFAULT_TIMEOUT,
+                 deadline: float = DEFAULT_DEADLINE,
                  client: httpx.AsyncClient | None = None) -> None:
         if not isinstance(agent, AgentIdentity):
             raise InvalidInput(ReasonCode.INVALID_IDENTITY, field="agent")
         self.agent = agent
         super().__init__(url, local_server=local_server, policy=policy, token=token,
                          token_file=token_file, headers={"X-Agent-Name": agent.app_name},
-                         timeout=timeout, client=client)
+                         timeout=timeout, deadline=deadline, client=client)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **kw: Any
@@ -152,6 +151,10 @@ class KagentControllerStore(_Client):
     async def redeem(self, assertion: ScopeAssertion) -> int | None:
         if not isinstance(assertion, ScopeAssertion):
             raise InvalidInput(ReasonCode.INVALID_ARGUMENT, field="assertion")
+        binding = current_request()
+        if binding is not None and binding.assertion is not None \
+                and binding.assertion.jti != assertion.jti:  # the token sent is the binding's
+            raise ScopeDenied(ReasonCode.SCOPE_MISMATCH, operation="generation")
         data = await self._call("generation", assertion.key, {}, idempotent=False)
         generation = data.get("generation")
         if generation is None:
@@ -248,9 +251,11 @@ class KagentBridgeStore(_Client):
                  token: str | Callable[[], str] | None = None,
                  token_file: str | Path | None = None,
                  timeout: httpx.Timeout | float = DEFAULT_TIMEOUT,
+                 deadline: float = DEFAULT_DEADLINE,
                  client: httpx.AsyncClient | None = None) -> None:
         super().__init__(url, local_server=local_server, policy=policy, token=token,
-                         token_file=token_file, headers={}, timeout=timeout, client=client)
+                         token_file=token_file, headers={}, timeout=timeout, deadline=deadline,
+                         client=client)
 
     def __repr__(self) -> str:
         return "KagentBridgeStore()"
@@ -263,14 +268,10 @@ class KagentBridgeStore(_Client):
                 raise InvalidInput(ReasonCode.INVALID_ARGUMENT, field="output_audience")
             body["output_audience"] = list(output_audience)
         data = await self._call("consent", key, body, idempotent=False)
-        try:
-            return ConsentReceipt(scope_id=key.opaque_id, generation=int(data["generation"]),
-                                  purpose=str(data["purpose"]),
-                                  policy_version=str(data["policy_version"]),
-                                  granted_at=_time(data["granted_at"]),
-                                  expires_at=_time(data["expires_at"]))
-        except (KeyError, TypeError, ValueError):
-            raise _malformed() from None
+        return _parsed(lambda: ConsentReceipt(
+            scope_id=key.opaque_id, generation=_int(data["generation"]),
+            purpose=str(data["purpose"]), policy_version=str(data["policy_version"]),
+            granted_at=_time(data["granted_at"]), expires_at=_time(data["expires_at"])))
 
     async def generation(self, key: ScopeKey, *, classification: str | None = None,
                          output_audience: Sequence[str] | None = None) -> int | None:
@@ -287,19 +288,19 @@ class KagentBridgeStore(_Client):
 
     async def status(self, key: ScopeKey) -> ScopeStatus:
         d = await self._call("status", key, {}, idempotent=True)
-        try:
+
+        def build() -> ScopeStatus:
             ttl = d.get("max_ttl_seconds")
-            failure = d.get("failure_reason")
             return ScopeStatus(
-                scope_id=key.opaque_id, enabled=bool(d["enabled"]), purpose=d.get("purpose"),
-                policy_version=d.get("policy_version"), generation=int(d.get("generation") or 0),
+                scope_id=key.opaque_id, enabled=d["enabled"] is True, purpose=d.get("purpose"),
+                policy_version=d.get("policy_version"), generation=_int(d.get("generation") or 0),
                 consent_expires_at=_time(d.get("consent_expires_at")),
-                max_ttl=None if ttl is None else timedelta(seconds=int(ttl)),
-                entry_cap=d.get("entry_cap"), entry_count=int(d.get("entry_count") or 0),
+                max_ttl=None if ttl is None else timedelta(seconds=_int(ttl)),
+                entry_cap=d.get("entry_cap"), entry_count=_int(d.get("entry_count") or 0),
                 last_verified_erasure_at=_time(d.get("last_verified_erasure_at")),
-                failure_reason=_reason(failure))
-        except (KeyError, TypeError, ValueError):
-            raise _malformed() from None
+                failure_reason=_reason(d.get("failure_reason")))
+
+        return _parsed(build)
 
     async def inspect(self, key: ScopeKey, *, page_size: int = 10,
                       cursor: str | None = None) -> InspectPage:
@@ -342,16 +343,16 @@ class KagentBridgeStore(_Client):
         scopes = data.get("scopes")
         if not isinstance(scopes, list):
             raise _malformed()
-        out = []
-        for s in scopes:
-            if not isinstance(s, dict):
-                raise _malformed()
-            outcome: Any = s.get("outcome")
-            if outcome != "cleared":
-                outcome = ReasonCode._value2member_map_.get(outcome, ReasonCode.CONTROLLER_ERROR)
-            out.append(ScopeOutcome(scope_id=str(s.get("scope_id", "")), outcome=outcome,
-                                    deleted=int(s.get("deleted") or 0)))
-        return OffboardReport(principal_id=principal.opaque_id, scopes=tuple(out))
+
+        def outcome(s: Any) -> ScopeOutcome:
+            value = s["outcome"]
+            if value != "cleared":
+                value = _reason(value) or ReasonCode.CONTROLLER_ERROR
+            return ScopeOutcome(scope_id=_opaque(s["scope_id"]), outcome=value,
+                                deleted=_int(s.get("deleted") or 0))
+
+        out = tuple(_parsed(partial(outcome, s)) for s in scopes)
+        return OffboardReport(principal_id=principal.opaque_id, scopes=out)
 
     async def _call(self, route: str, key: ScopeKey, body: dict[str, Any], *,
                     idempotent: bool) -> dict[str, Any]:
@@ -382,14 +383,38 @@ def _time(value: object) -> Any:
 
 
 def _receipt(cls: type[_R], key: ScopeKey, data: dict[str, Any]) -> _R:
-    try:
+    def build() -> _R:
         generation = data.get("generation")
         return cls(scope_id=key.opaque_id,
-                   generation=None if generation is None else int(generation),
-                   deleted=int(data.get("deleted") or 0), verified=data["verified"] is True,
+                   generation=None if generation is None else _int(generation),
+                   deleted=_int(data.get("deleted") or 0), verified=data["verified"] is True,
                    at=datetime.now(UTC))
-    except (KeyError, TypeError, ValueError):
-        raise _malformed() from None
+
+    return _parsed(build)
+
+
+def _parsed(build: Callable[[], _T]) -> _T:
+    """``build()`` from an answer's values, or ``controller_error`` with no trace of them (the
+    parse error, which may quote a value, is dropped, not chained)."""
+    failed = False
+    try:
+        return build()
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError):
+        failed = True
+    assert failed
+    raise _malformed()
+
+
+def _int(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | float) or value != int(value):
+        raise ValueError("not an integer")
+    return int(value)
+
+
+def _opaque(value: object) -> str:
+    if not isinstance(value, str) or len(value) > 80 or not value.isascii():
+        raise ValueError("not an opaque id")
+    return value
 
 
 def _reason(value: object) -> ReasonCode | None:

@@ -222,6 +222,10 @@ _FIELD_HINT: dict[str, str] = {
     "span_content": "span_content is refuse (default), warn or ignore",
     "controller_url": "the controller's governed memory URL is http(s)://<controller>:<port> "
     "(kagent sets KAGENT_MEMORY_URL for governed Agents, e.g. http://kagent-controller.kagent:8085)",
+    "http_client": "pass an httpx.AsyncClient made with trust_env=False: proxies taken from "
+    "the environment would see every fact and token (or pass none: the client makes its own)",
+    "deadline": "deadline is the most seconds one controller call may take, retries included "
+    "(0 < deadline <= 300; default 15)",
     "admission_policy": "a custom admission policy or clock works on the direct store only: "
     "the kagent controller applies its own policy and the database's clock",
     "withdraw": "this runtime's store cannot withdraw consent (kagent mode: the bridge does, "

@@ -295,7 +295,8 @@ async def test_timeouts_are_bounded_and_only_idempotent_calls_retry(mode: Mode) 
     async def count(request: httpx.Request) -> None:
         sent.append(request.url.path.rsplit("/", 1)[-1])
 
-    client = httpx.AsyncClient(timeout=httpx.Timeout(0.5), event_hooks={"request": [count]})
+    client = httpx.AsyncClient(timeout=httpx.Timeout(0.5), event_hooks={"request": [count]},
+                               trust_env=False)
     runtime = KagentControllerStore(mode.process.url, agent=AGENT, local_server=LOCAL,
                                     token=AGENT_TOKEN, client=client)
     key = make_key()
