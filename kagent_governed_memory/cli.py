@@ -8,9 +8,9 @@ import asyncio
 import os
 import sys
 import textwrap
-from typing import Any, NoReturn
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any, NoReturn
 
 from . import __version__
 from ._cli_demo import run_demo, run_dev_db

@@ -23,19 +23,29 @@ controller sweeps expired rows on its own timer).
 from __future__ import annotations
 
 import os
-import re
-from functools import partial
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from pathlib import Path
-from typing import Any, Self, TypeVar
+from typing import Any, Self
 
 import httpx
 
+from ._answers import (
+    _int,
+    _malformed,
+    _opaque,
+    _parsed,
+    _reason,
+    _receipt,
+    _time,
+    check_limit,
+    scope_body,
+)
 from ._http import DEFAULT_DEADLINE, DEFAULT_TIMEOUT, KAGENT_TOKEN_PATH, TokenSource, Transport
 from ._validate import _check_fact, _check_local_server, _generation, _vector
 from .assertion import ScopeAssertion
-from .errors import GovernanceError, InvalidInput, ReasonCode, ScopeDenied
+from .errors import InvalidInput, ReasonCode, ScopeDenied
 from .identity import AgentIdentity, Principal, ScopeKey
 from .models import (
     ConsentReceipt,
@@ -52,12 +62,8 @@ from .request import ASSERTION_HEADER, current_request
 
 __all__ = ["KAGENT_TOKEN_PATH", "KagentBridgeStore", "KagentControllerStore"]
 
-_MAX_LIMIT = 50
 _MAX_QUERIES = 8
 _MAX_PAGE = 50
-_FRACTION = re.compile(r"(\.\d{6})\d+")
-_R = TypeVar("_R", bound=ForgetReceipt)
-_T = TypeVar("_T")
 
 
 class _Client:
@@ -193,7 +199,7 @@ class KagentControllerStore(_Client):
     async def search(self, key: ScopeKey, generation: int | None, embedding: Sequence[float], *,
                      limit: int = 5) -> list[MemoryRecord]:
         gen = _generation(generation)
-        _check_limit(limit)
+        check_limit(limit)
         vec = _vector(embedding, self.policy.embedding_dimension).to_list()
         data = await self._call("search", key, {"generation": gen, "vector": vec,
                                                 "limit": limit}, idempotent=True)
@@ -208,7 +214,7 @@ class KagentControllerStore(_Client):
         """``search`` for 1..8 query vectors in one request, fenced once; element ``i`` is what
         ``search`` returns for ``embeddings[i]``, and the call is refused as a whole."""
         gen = _generation(generation)
-        _check_limit(limit)
+        check_limit(limit)
         if (isinstance(embeddings, str | bytes) or not isinstance(embeddings, Sequence)
                 or not 0 < len(embeddings) <= _MAX_QUERIES):
             raise InvalidInput(ReasonCode.INVALID_ARGUMENT, field="embeddings")
@@ -238,7 +244,7 @@ class KagentControllerStore(_Client):
             raise ScopeDenied(ReasonCode.ASSERTION_MISSING, operation=route)
         if binding.assertion.key != key:
             raise ScopeDenied(ReasonCode.SCOPE_MISMATCH, operation=route)
-        return await self._http.post(route, {"scope": _scope(key), **body},
+        return await self._http.post(route, {"scope": scope_body(key), **body},
                                      operation=route, idempotent=idempotent,
                                      headers={ASSERTION_HEADER: binding.token})
 
@@ -358,71 +364,5 @@ class KagentBridgeStore(_Client):
                     idempotent: bool) -> dict[str, Any]:
         self._servable(key)
         op = route.replace("-", "_")
-        return await self._http.post(route, {"scope": _scope(key), **body}, operation=op,
+        return await self._http.post(route, {"scope": scope_body(key), **body}, operation=op,
                                      idempotent=idempotent)
-
-
-def _scope(key: ScopeKey) -> dict[str, Any]:
-    return {"principal": {"issuer": key.principal.issuer, "subject": key.principal.subject},
-            "agent_namespace": key.agent.namespace, "agent_name": key.agent.name,
-            "kind": key.scope.kind.value, "room_id": key.scope.room_id or ""}
-
-
-def _check_limit(limit: object) -> None:
-    if not isinstance(limit, int) or isinstance(limit, bool) or not 0 < limit <= _MAX_LIMIT:
-        raise InvalidInput(ReasonCode.INVALID_LIMIT)
-
-
-def _time(value: object) -> Any:
-    """An RFC 3339 time of the API (Go writes nanoseconds; Python keeps microseconds)."""
-    if value is None:
-        return None
-    if not isinstance(value, str):
-        raise ValueError("not a time")
-    return datetime.fromisoformat(_FRACTION.sub(r"\1", value))
-
-
-def _receipt(cls: type[_R], key: ScopeKey, data: dict[str, Any]) -> _R:
-    def build() -> _R:
-        generation = data.get("generation")
-        return cls(scope_id=key.opaque_id,
-                   generation=None if generation is None else _int(generation),
-                   deleted=_int(data.get("deleted") or 0), verified=data["verified"] is True,
-                   at=datetime.now(UTC))
-
-    return _parsed(build)
-
-
-def _parsed(build: Callable[[], _T]) -> _T:
-    """``build()`` from an answer's values, or ``controller_error`` with no trace of them (the
-    parse error, which may quote a value, is dropped, not chained)."""
-    failed = False
-    try:
-        return build()
-    except (KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError):
-        failed = True
-    assert failed
-    raise _malformed()
-
-
-def _int(value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | float) or value != int(value):
-        raise ValueError("not an integer")
-    return int(value)
-
-
-def _opaque(value: object) -> str:
-    if not isinstance(value, str) or len(value) > 80 or not value.isascii():
-        raise ValueError("not an opaque id")
-    return value
-
-
-def _reason(value: object) -> ReasonCode | None:
-    if not value:
-        return None
-    found = ReasonCode._value2member_map_.get(value) if isinstance(value, str) else None
-    return found if isinstance(found, ReasonCode) else ReasonCode.CONTROLLER_ERROR
-
-
-def _malformed() -> GovernanceError:
-    return GovernanceError(ReasonCode.CONTROLLER_ERROR)

@@ -26,7 +26,7 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 from . import _sql
 from ._buckets import admission_buckets
 from ._cursor import _CURSOR, _cursor_tag, _decode_cursor, _encode_cursor  # noqa: F401
-from ._validate import (  # noqa: F401 - _check_fact is also the service's early refusal
+from ._validate import (
     EMBEDDING_DIMENSION,
     _check_fact,
     _check_local_server,

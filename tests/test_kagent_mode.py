@@ -28,7 +28,7 @@ from typing import Any
 import httpx
 import psycopg
 import pytest
-from adk_support import AGENT, ISSUER, PUBLIC_KEYS, BRIDGE_KEY, build, save_plan, sign
+from adk_support import AGENT, BRIDGE_KEY, ISSUER, PUBLIC_KEYS, build, save_plan, sign
 from conftest import LOCAL, Db, make_key, migrated, open_store, physical_rows, vec
 from go_controller import (
     BRIDGE_SERVICE_ACCOUNT,

@@ -82,13 +82,13 @@ def make_turn_start_callback(
                 binding.assertion, binding.reason = None, ReasonCode.SPAN_CONTENT_CAPTURE
         who = await service.admitted(Operation.REQUEST)
         if who is None:
-            return None
+            return
         checkpoint = turns_of(callback_context.state.get(STATE_KEY), who)
         invocation = callback_context.invocation_id
         if invocation not in checkpoint["turns"]:
             checkpoint["turns"] = [*checkpoint["turns"], invocation][-_MAX_TURNS:]
         callback_context.state[STATE_KEY] = checkpoint
-        return None
+        return
 
     return governed_turn_start_callback
 

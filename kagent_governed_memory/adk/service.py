@@ -19,15 +19,15 @@ from google.adk.memory.base_memory_service import BaseMemoryService, SearchMemor
 from google.adk.memory.memory_entry import MemoryEntry
 from google.genai import types
 
+from .._validate import _check_fact
 from ..admission import Admission
 from ..embedding import Embedder
 from ..errors import GovernanceError, InvalidInput, ReasonCode
 from ..identity import AgentIdentity, ScopeKey
 from ..metering import Metering, Operation, traced
 from ..models import ErasureReceipt, MemoryRecord
-from ..request import RequestBinding, current_request
-from .._validate import _check_fact
 from ..repository import ControlRepository, RuntimeRepository
+from ..request import RequestBinding, current_request
 from ..store import MAX_SEARCH_QUERIES
 from ..telemetry import SpanContentMode, check_adk_span_content
 from .recall import Recalled

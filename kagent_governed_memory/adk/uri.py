@@ -53,8 +53,8 @@ from urllib.parse import parse_qsl, urlencode, urlsplit
 
 import psycopg
 
-from ..embedding import Embedder, HashingEmbedder, OpenAICompatibleEmbedder
 from ..controller import KagentControllerStore
+from ..embedding import Embedder, HashingEmbedder, OpenAICompatibleEmbedder
 from ..errors import InvalidInput, ReasonCode
 from ..identity import AgentIdentity
 from ..policy import PROTOTYPE_POLICY, MemoryPolicy

@@ -1,0 +1,84 @@
+"""Reading the controller's answers: every value checked, and a malformed answer becomes
+``controller_error`` with no trace of the value that was wrong."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+from .errors import GovernanceError, InvalidInput, ReasonCode
+from .identity import ScopeKey
+from .models import ForgetReceipt
+
+_FRACTION = re.compile(r"(\.\d{6})\d+")
+_R = TypeVar("_R", bound=ForgetReceipt)
+_T = TypeVar("_T")
+MAX_LIMIT = 50
+
+
+def scope_body(key: ScopeKey) -> dict[str, Any]:
+    return {"principal": {"issuer": key.principal.issuer, "subject": key.principal.subject},
+            "agent_namespace": key.agent.namespace, "agent_name": key.agent.name,
+            "kind": key.scope.kind.value, "room_id": key.scope.room_id or ""}
+
+
+def check_limit(limit: object) -> None:
+    if not isinstance(limit, int) or isinstance(limit, bool) or not 0 < limit <= MAX_LIMIT:
+        raise InvalidInput(ReasonCode.INVALID_LIMIT)
+
+
+def _time(value: object) -> Any:
+    """An RFC 3339 time of the API (Go writes nanoseconds; Python keeps microseconds)."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise TypeError("not a time")
+    return datetime.fromisoformat(_FRACTION.sub(r"\1", value))
+
+
+def _receipt(cls: type[_R], key: ScopeKey, data: dict[str, Any]) -> _R:
+    def build() -> _R:
+        generation = data.get("generation")
+        return cls(scope_id=key.opaque_id,
+                   generation=None if generation is None else _int(generation),
+                   deleted=_int(data.get("deleted") or 0), verified=data["verified"] is True,
+                   at=datetime.now(UTC))
+
+    return _parsed(build)
+
+
+def _parsed(build: Callable[[], _T]) -> _T:
+    """``build()`` from an answer's values, or ``controller_error`` with no trace of them (the
+    parse error, which may quote a value, is dropped, not chained)."""
+    failed = False
+    try:
+        return build()
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError):
+        failed = True
+    assert failed
+    raise _malformed()
+
+
+def _int(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | float) or value != int(value):
+        raise ValueError("not an integer")
+    return int(value)
+
+
+def _opaque(value: object) -> str:
+    if not isinstance(value, str) or len(value) > 80 or not value.isascii():
+        raise ValueError("not an opaque id")
+    return value
+
+
+def _reason(value: object) -> ReasonCode | None:
+    if not value:
+        return None
+    found = ReasonCode._value2member_map_.get(value) if isinstance(value, str) else None
+    return found if isinstance(found, ReasonCode) else ReasonCode.CONTROLLER_ERROR
+
+
+def _malformed() -> GovernanceError:
+    return GovernanceError(ReasonCode.CONTROLLER_ERROR)
