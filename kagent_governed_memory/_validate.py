@@ -10,12 +10,12 @@ import math
 import uuid
 from array import array
 from collections.abc import Iterable
-from typing import cast
+from typing import Any, cast
 
 from pgvector import Vector
 
 from .errors import ConsentRequired, FactTooLarge, GovernanceError, InvalidInput, ReasonCode
-from .identity import Principal
+from .identity import Principal, ScopeKey
 
 __all__ = ["EMBEDDING_DIMENSION"]
 
@@ -98,3 +98,14 @@ def _reason(value: str | None) -> ReasonCode | None:
     if value is None:
         return None
     return ReasonCode._value2member_map_.get(value, ReasonCode.ERASURE_FAILED)  # type: ignore[return-value]
+
+
+def _key(key: ScopeKey) -> list[Any]:
+    return [
+        key.principal.issuer,
+        key.principal.subject,
+        key.agent.namespace,
+        key.agent.name,
+        key.scope.kind.value,
+        key.scope.room_id,
+    ]

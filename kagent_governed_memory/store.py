@@ -7,31 +7,29 @@ transaction.  Python validates early and cheaply; the database is what enforces.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import re
-import struct
 import time
-import uuid
 import weakref
 from collections.abc import Awaitable, Callable, Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, Self, TypeVar
 
 import psycopg
 from pgvector.psycopg import register_vector_async
-from psycopg.adapt import Dumper
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from . import _sql
 from ._buckets import admission_buckets
 from ._cursor import _CURSOR, _cursor_tag, _decode_cursor, _encode_cursor  # noqa: F401
+from ._erasure import _Erasure
+from ._pgtypes import _login_probe, _VectorArrayDumper, _Vectors
 from ._validate import (
     EMBEDDING_DIMENSION,
     _check_fact,
     _check_local_server,
     _generation,
-    _parse_entry_id,
+    _key,
     _reason,
     _vector,
 )
@@ -39,23 +37,18 @@ from .assertion import CLASSIFICATION, ScopeAssertion
 from .assertion import _audience as _servers
 from .errors import (
     AdmissionDenied,
-    ErasureFailed,
     GovernanceError,
     InvalidInput,
     ReasonCode,
     StoreUnavailable,
     from_database_error,
 )
-from .identity import AgentIdentity, MemoryScope, Principal, ScopeKey
+from .identity import ScopeKey
 from .migrations import LATEST_VERSION, apply_migrations, schema_version
 from .models import (
     ConsentReceipt,
-    ErasureReceipt,
-    ForgetReceipt,
     InspectPage,
     MemoryRecord,
-    OffboardReport,
-    ScopeOutcome,
     ScopeStatus,
     StoreReport,
 )
@@ -82,7 +75,7 @@ SELECT r.rolsuper, r.rolbypassrls,
 """
 
 
-class GovernedMemoryStore:
+class GovernedMemoryStore(_Erasure):
     """Scope-keyed, consent-fenced memory on PostgreSQL.  Create with ``await open(...)``."""
 
     def __init__(
@@ -427,83 +420,6 @@ class GovernedMemoryStore:
             failure_reason=_reason(row[9]),
         )
 
-    # -- erasure --------------------------------------------------------------------------
-
-    async def forget(self, key: ScopeKey, entry_id: str) -> ForgetReceipt:
-        """Delete one entry and verify it unreadable (U3).  An absent, foreign, malformed or
-        already-forgotten id gives the same receipt with ``deleted=0``: no existence oracle."""
-        self._servable(key)
-        target = _parse_entry_id(entry_id)
-        row = await self._one("forget", "ForgetMemoryEntry", [*_key(key), target])
-        deleted = int(row[1]) if row else 0
-        generation, at = await self._verify(key, None, target, complete=False)
-        return ForgetReceipt(scope_id=key.opaque_id, generation=generation, deleted=deleted,
-                             verified=True, at=at)
-
-    async def forget_all(self, key: ScopeKey) -> ErasureReceipt:
-        """Clear every entry and advance the generation; the scope stays enabled (U4)."""
-        self._servable(key)
-        row = await self._one("forget_all", "ClearMemoryScope", [*_key(key), True])
-        if row is None:
-            return self._nothing_stored(key)
-        generation, deleted = row
-        generation, at = await self._verify(key, generation, None, complete=True)
-        return ErasureReceipt(scope_id=key.opaque_id, generation=generation,
-                              deleted=int(deleted), verified=True, at=at)
-
-    async def withdraw(self, key: ScopeKey) -> ErasureReceipt:
-        """Disable + advance the generation (committed first), then delete, then verify (C4).
-
-        Any failure after the disable leaves the scope disabled with a content-free
-        ``failure_reason`` (C5) and raises ``ErasureFailed``; call ``withdraw`` again.
-        """
-        self._servable(key)
-        row = await self._disable(key)
-        if row is None:
-            return self._nothing_stored(key)
-        deleted, generation, at = await self._clear_and_verify(key, generation=row[1])
-        return ErasureReceipt(scope_id=key.opaque_id, generation=generation, deleted=deleted,
-                              verified=True, at=at)
-
-    async def offboard(self, principal: Principal) -> OffboardReport:
-        """Offboard ``principal`` (L2): block its grants and disable every scope of it in one
-        transaction, then clear and verify each scope, then delete the scope rows that were
-        verified clean, so no governed row names the principal or its rooms any more.  The
-        block stays until an operator lifts it (``unblock``); a failed scope is kept and
-        reported, and ``offboard`` may be run again.  An operator path: a ``privileged`` store
-        on the owner's DSN (the service role may not enumerate a principal's keys)."""
-        if not isinstance(principal, Principal):
-            raise InvalidInput(ReasonCode.INVALID_IDENTITY)
-        rows = await self._all(
-            "offboard", "DisablePrincipalMemoryScopes", [principal.issuer, principal.subject]
-        )
-        outcomes: list[ScopeOutcome] = []
-        for _scope_uuid, namespace, agent, kind, room, generation in rows:
-            key = ScopeKey(
-                principal=principal,
-                agent=AgentIdentity(namespace=namespace, name=agent),
-                scope=MemoryScope(kind=kind, room_id=room),
-            )
-            try:
-                deleted, _, _ = await self._clear_and_verify(key, generation=generation)
-            except GovernanceError as exc:
-                outcomes.append(ScopeOutcome(scope_id=key.opaque_id, outcome=exc.reason))
-                continue
-            outcomes.append(ScopeOutcome(scope_id=key.opaque_id, outcome="cleared",
-                                         deleted=deleted))
-        await self._one("offboard", "PurgePrincipalMemoryScopes",
-                        [principal.issuer, principal.subject])
-        return OffboardReport(principal_id=principal.opaque_id, scopes=tuple(outcomes))
-
-    async def unblock(self, principal: Principal) -> bool:
-        """Lift an offboarding block so the principal may consent again.  Owner only (a
-        ``privileged`` store): the service role cannot undo an offboarding."""
-        if not isinstance(principal, Principal):
-            raise InvalidInput(ReasonCode.INVALID_IDENTITY)
-        row = await self._one("unblock", "UnblockMemoryPrincipal",
-                              [principal.issuer, principal.subject])
-        return bool(row and row[0])
-
     async def report(self) -> StoreReport:
         """Content-free aggregates and invariant counts over every scope (operators)."""
         row = await self._one("report", "GetMemoryStoreReport", [])
@@ -526,60 +442,6 @@ class GovernedMemoryStore:
         if not isinstance(key, ScopeKey):
             raise InvalidInput(ReasonCode.INVALID_IDENTITY, field="scope_key")
         key.require_servable(self._local_server)
-
-    @staticmethod
-    def _nothing_stored(key: ScopeKey) -> ErasureReceipt:
-        return ErasureReceipt(scope_id=key.opaque_id, generation=None, deleted=0, verified=True,
-                              at=datetime.now(UTC))
-
-    async def _disable(self, key: ScopeKey) -> tuple[Any, ...] | None:
-        """Withdrawal step 1, retried on transient failures; unknown outcome → ErasureFailed."""
-        for attempt in range(_DISABLE_ATTEMPTS):
-            try:
-                return await self._one("withdraw", "DisableMemoryScope", _key(key))
-            except StoreUnavailable:
-                if attempt + 1 == _DISABLE_ATTEMPTS:
-                    break
-                await asyncio.sleep(0.05 * 2**attempt)
-        raise ErasureFailed(ReasonCode.ERASURE_FAILED, scope_id=key.opaque_id, step="disable")
-
-    async def _clear_and_verify(self, key: ScopeKey, *, generation: int) -> tuple[int, int, datetime]:
-        """Steps 2–3 of a withdrawal on an already disabled scope; records failures (C5)."""
-        failure: ReasonCode | None = None
-        result: tuple[int, int, datetime] | None = None
-        try:
-            row = await self._one("erase", "ClearMemoryScope", [*_key(key), False])
-            deleted = int(row[1]) if row else 0
-            gen, at = await self._verify(key, generation, None, complete=True)
-            result = (deleted, gen if gen is not None else generation, at)
-        except ErasureFailed as exc:
-            failure = exc.reason
-        except GovernanceError:
-            failure = ReasonCode.ERASURE_FAILED
-        if result is not None:
-            return result
-        assert failure is not None
-        if failure is not ReasonCode.VERIFICATION_FAILED:
-            await self._record_failure(key, failure)
-        _log.warning("erasure failed reason=%s scope=%s", failure.value, key.opaque_id)
-        raise ErasureFailed(failure, scope_id=key.opaque_id)
-
-    async def _record_failure(self, key: ScopeKey, reason: ReasonCode) -> None:
-        """Best effort: the durable 'erasure_pending' marker from step 1 already holds."""
-        try:
-            await self._one("record_failure", "RecordMemoryScopeFailure", [*_key(key), reason.value])
-        except GovernanceError:
-            _log.warning("failure not recorded reason=%s scope=%s", reason.value, key.opaque_id)
-
-    async def _verify(
-        self, key: ScopeKey, generation: int | None, entry_id: uuid.UUID | None, *, complete: bool
-    ) -> tuple[int | None, datetime]:
-        row = await self._one(
-            "verify", "VerifyMemoryErasure", [*_key(key), generation, entry_id, complete]
-        )
-        if row is None or row[1] is None:
-            raise ErasureFailed(ReasonCode.VERIFICATION_FAILED, scope_id=key.opaque_id)
-        return row[0], row[1]
 
     async def _one(self, op: str, name: str, params: list[Any]) -> tuple[Any, ...] | None:
         rows = await self._all(op, name, params)
@@ -623,39 +485,6 @@ class GovernedMemoryStore:
         raise failed
 
 
-class _Vectors(list):  # type: ignore[type-arg]
-    """Validated ``Vector``s sent as one binary ``vector[]``: psycopg would send a list of
-    them as text (768 floats formatted and parsed per vector, ~1 ms each)."""
-
-    __slots__ = ()
-
-
-class _VectorArrayDumper(Dumper):
-    format = psycopg.pq.Format.BINARY
-    element_oid = 0
-
-    def dump(self, obj: Any) -> bytes:
-        # one dimension, no NULLs, the element type, (length, lower bound 1), then each
-        # element as (byte length, pgvector's binary form)
-        parts = [struct.pack("!iiIii", 1, 0, self.element_oid, len(obj), 1)]
-        for v in obj:
-            raw = v.to_binary()
-            parts.append(struct.pack("!i", len(raw)))
-            parts.append(bytes(raw))
-        return b"".join(parts)
-
-
-def _key(key: ScopeKey) -> list[Any]:
-    return [
-        key.principal.issuer,
-        key.principal.subject,
-        key.agent.namespace,
-        key.agent.name,
-        key.scope.kind.value,
-        key.scope.room_id,
-    ]
-
-
 def _audience(value: Sequence[str] | None, local_server: str) -> list[str]:
     """Sorted, de-duplicated homeserver names (default: the local one); refused if malformed."""
     servers = _servers([local_server] if value is None else value)
@@ -664,13 +493,3 @@ def _audience(value: Sequence[str] | None, local_server: str) -> list[str]:
     return list(servers)
 
 
-async def _login_probe(dsn: str, timeout: float) -> GovernanceError | None:
-    """After the pool gave up: one direct connection, which reports a refused login
-    (``login_refused``, a configuration error) instead of a timeout."""
-    try:
-        conn = await psycopg.AsyncConnection.connect(dsn, connect_timeout=max(1, int(timeout)))
-    except (psycopg.Error, OSError) as exc:
-        found = from_database_error(exc, "open")
-        return found if found.reason is ReasonCode.LOGIN_REFUSED else None
-    await conn.close()
-    return None
