@@ -1,6 +1,7 @@
-"""One contract, two implementations: every scenario runs on the library's store in-process and
-on the patched kagent controller compiled from the Go series (``go_controller.py``), each on its
-own PostgreSQL database, as EXECUTE-only logins: the application's (a member of
+"""One contract, two implementations, three callers: every scenario runs on the library's store
+in-process, on the patched kagent controller compiled from the Go series (``go_controller.py``)
+called over raw HTTP, and on that controller through the library's own kagent-mode clients
+(``KagentControllerStore``/``KagentBridgeStore``), each on its own PostgreSQL database, as EXECUTE-only logins: the application's (a member of
 ``kagent_memory_service``), and for offboarding the operator's (also ``kagent_memory_operator``),
 which is also the compiled controller's login.
 
