@@ -512,3 +512,27 @@ async def test_the_cli_speaks_to_the_controller_as_the_bridge(mode: Mode, tmp_pa
     code, body = cli("offboard", "--principal", key.principal.subject)
     assert code == 0 and body["ok"] is True and [s["deleted"] for s in body["scopes"]] == [1]
     assert physical_rows(mode.db, key) == 0
+
+
+async def test_an_autosave_that_outlives_its_requests_assertion(mode: Mode) -> None:
+    """The one difference between the modes: the controller verifies the request's assertion
+    on every call, so an auto-save still summarising when that assertion expires (its lifetime,
+    here 1 s, plus the controller's 5 s leeway) stores nothing in kagent mode
+    (``assertion_expired``); directly, the generation fence alone decides."""
+    from datetime import timedelta
+
+    h = build(mode.runtime, summaries=['["Cycles to work"]'])  # type: ignore[arg-type]
+    h.model.gate = asyncio.Event()
+    key = make_key()
+    await mode.controls.grant(key, purpose=PURPOSE)
+    for text in FIVE_TURNS:
+        await h.turn(text, key=key, token=sign(key, lifetime=timedelta(seconds=1)))
+    await _until(lambda: h.model.calls.count("summarise") == 1)
+    await asyncio.sleep(7.0)
+    h.model.gate.set()
+    await h.service.drain()
+    if mode.name == "kagent":
+        assert physical_rows(mode.db, key) == 0
+        assert ("save", "assertion_expired") in outcomes(h)
+    else:
+        assert physical_rows(mode.db, key) == 1
