@@ -536,3 +536,97 @@ async def test_an_autosave_that_outlives_its_requests_assertion(mode: Mode) -> N
         assert ("save", "assertion_expired") in outcomes(h)
     else:
         assert physical_rows(mode.db, key) == 1
+
+
+# -- the README's bring-your-own agent, as written, against the compiled controller ---------------
+
+
+@kagent_only
+async def test_the_readmes_byo_agent_runs_in_kagent_mode(mode: Mode, tmp_path: Any,
+                                                        monkeypatch: Any) -> None:
+    """The README's kagent-mode snippet, executed as written, with the environment the BYO
+    manifest gives the pod (no database login anywhere in it), an OpenAI-compatible embedding
+    endpoint on loopback and kagent's token file: a turn the bridge signed saves a fact."""
+    import re
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    from pathlib import Path
+
+    from adk_support import ScriptedLlm
+    from google.adk.agents import LlmAgent
+    from google.adk.runners import Runner
+    from google.adk.sessions import InMemorySessionService
+    from google.genai import types
+
+    import kagent_governed_memory._http as transport
+    from kagent_governed_memory import HashingEmbedder
+    from kagent_governed_memory.assertion import sign_scope_assertion
+    from kagent_governed_memory.keys import public_key_pem
+
+    class Embeddings(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            data = [{"index": i, "embedding": HashingEmbedder().embed_one(t)}
+                    for i, t in enumerate(body["input"])]
+            raw = json.dumps({"data": data}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(raw)))
+            self.end_headers()
+            self.wfile.write(raw)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Embeddings)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    assert mode.process is not None
+    token = tmp_path / "kagent-token"
+    token.write_text(AGENT_TOKEN)
+    monkeypatch.setattr(transport, "KAGENT_TOKEN_PATH", str(token))
+    env = {"KAGENT_MEMORY_URL": mode.process.url, "KAGENT_MEMORY_LOCAL_SERVER": LOCAL,
+           "KAGENT_NAMESPACE": AGENT.namespace, "KAGENT_NAME": AGENT.name,
+           "KAGENT_MEMORY_SCOPE_ISSUER": ISSUER,
+           "KAGENT_MEMORY_SCOPE_PUBLIC_KEYS": public_key_pem(BRIDGE_KEY).decode(),
+           "KGM_EMBEDDING_URL": f"http://127.0.0.1:{server.server_address[1]}/v1",
+           "KGM_EMBEDDING_MODEL": "test-embedding"}
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("KGM_DSN", raising=False)
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    [snippet] = [b for b in re.findall(r"```python\n(.*?)```", readme, re.DOTALL)
+                 if "KagentControllerStore.from_env()" in b]
+    namespace: dict[str, Any] = {}
+    exec(compile(snippet, "README.md (kagent mode)", "exec"), namespace)  # noqa: S102
+    try:
+        model = ScriptedLlm(plan=save_plan, summaries=[])
+        llm_agent = LlmAgent(name="assistant", model=model, instruction="You help the user.")
+        memory, store = namespace["governed"](llm_agent, model)
+        assert "postgres" not in repr(vars(store)).lower()
+        runner = Runner(app_name=store.agent.app_name, agent=llm_agent,
+                        session_service=InMemorySessionService(), memory_service=memory)
+        key = make_key()
+        await mode.controls.grant(key, purpose=PURPOSE)  # the bridge, after "!memory on"
+        session = await runner.session_service.create_session(app_name=store.agent.app_name,
+                                                              user_id="u")
+        headers = {"x-kagent-memory-scope": sign_scope_assertion(
+            key, private_key=BRIDGE_KEY, issuer=ISSUER, audience=[LOCAL],
+            context_id=session.id)}
+        said: list[str] = []
+
+        async def run() -> None:
+            async for event in runner.run_async(
+                    user_id="u", session_id=session.id,
+                    new_message=types.Content(role="user", parts=[types.Part(
+                        text="remember: cycles to work")])):
+                if event.content:
+                    said.extend(p.text for p in event.content.parts or [] if p.text)
+
+        await namespace["serve_request"](store, headers, session.id, run)
+        assert tool_result(said)["status"] == "saved"
+        assert physical_rows(mode.db, key) == 1
+        await memory.aclose()
+        await store.aclose()
+    finally:
+        server.shutdown()
+        server.server_close()
