@@ -8,25 +8,19 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from .errors import GovernanceError, InvalidInput, ReasonCode
+from .errors import GovernanceError, ReasonCode
 from .identity import ScopeKey
 from .models import ForgetReceipt
 
 _FRACTION = re.compile(r"(\.\d{6})\d+")
 _R = TypeVar("_R", bound=ForgetReceipt)
 _T = TypeVar("_T")
-MAX_LIMIT = 50
 
 
 def scope_body(key: ScopeKey) -> dict[str, Any]:
     return {"principal": {"issuer": key.principal.issuer, "subject": key.principal.subject},
             "agent_namespace": key.agent.namespace, "agent_name": key.agent.name,
             "kind": key.scope.kind.value, "room_id": key.scope.room_id or ""}
-
-
-def check_limit(limit: object) -> None:
-    if not isinstance(limit, int) or isinstance(limit, bool) or not 0 < limit <= MAX_LIMIT:
-        raise InvalidInput(ReasonCode.INVALID_LIMIT)
 
 
 def _time(value: object) -> Any:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import uuid
 from array import array
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any, cast
 
 from pgvector import Vector
@@ -109,3 +109,32 @@ def _key(key: ScopeKey) -> list[Any]:
         key.scope.kind.value,
         key.scope.room_id,
     ]
+
+
+def _check_save(facts: object, embeddings: object, *, entry_cap: int, fact_max_bytes: int,
+                dimension: int) -> list[Vector]:
+    """A save's facts (1..``entry_cap``, each within ``fact_max_bytes``) and one vector of
+    ``dimension`` per fact, checked; the vectors returned."""
+    if isinstance(facts, str) or not isinstance(facts, Sequence):
+        raise InvalidInput(ReasonCode.INVALID_TEXT)
+    if (isinstance(embeddings, str | bytes) or not isinstance(embeddings, Sequence)
+            or not 0 < len(facts) <= entry_cap or len(facts) != len(embeddings)):
+        raise InvalidInput(ReasonCode.INVALID_ARGUMENT, field="facts")
+    for fact in facts:
+        _check_fact(fact, fact_max_bytes)
+    return [_vector(e, dimension) for e in embeddings]
+
+
+def _check_queries(embeddings: object, limit: object, *, dimension: int, max_queries: int,
+                   max_limit: int) -> list[Vector]:
+    """A batched search's 1..``max_queries`` query vectors and its ``limit``, checked."""
+    _check_limit(limit, max_limit)
+    if (isinstance(embeddings, str | bytes) or not isinstance(embeddings, Sequence)
+            or not 0 < len(embeddings) <= max_queries):
+        raise InvalidInput(ReasonCode.INVALID_ARGUMENT, field="embeddings")
+    return [_vector(e, dimension) for e in embeddings]
+
+
+def _check_limit(limit: object, max_limit: int) -> None:
+    if not isinstance(limit, int) or isinstance(limit, bool) or not 0 < limit <= max_limit:
+        raise InvalidInput(ReasonCode.INVALID_LIMIT)

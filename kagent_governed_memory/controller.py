@@ -39,11 +39,17 @@ from ._answers import (
     _reason,
     _receipt,
     _time,
-    check_limit,
     scope_body,
 )
 from ._http import DEFAULT_DEADLINE, DEFAULT_TIMEOUT, KAGENT_TOKEN_PATH, TokenSource, Transport
-from ._validate import _check_fact, _check_local_server, _generation, _vector
+from ._validate import (
+    _check_limit,
+    _check_local_server,
+    _check_queries,
+    _check_save,
+    _generation,
+    _vector,
+)
 from .assertion import ScopeAssertion
 from .errors import InvalidInput, ReasonCode, ScopeDenied
 from .identity import AgentIdentity, Principal, ScopeKey
@@ -62,7 +68,8 @@ from .request import ASSERTION_HEADER, current_request
 
 __all__ = ["KAGENT_TOKEN_PATH", "KagentBridgeStore", "KagentControllerStore"]
 
-_MAX_QUERIES = 8
+_MAX_QUERIES = 8  # the API's bounds, as the direct store's
+_MAX_LIMIT = 50
 _MAX_PAGE = 50
 
 
@@ -180,15 +187,11 @@ class KagentControllerStore(_Client):
     async def save(self, key: ScopeKey, generation: int | None, *, facts: Sequence[str],
                    embeddings: Sequence[Sequence[float]]) -> list[str]:
         gen = _generation(generation)
-        if isinstance(facts, str) or not isinstance(facts, Sequence):
-            raise InvalidInput(ReasonCode.INVALID_TEXT)
-        if not 0 < len(facts) <= self.policy.entry_cap or len(facts) != len(embeddings):
-            raise InvalidInput(ReasonCode.INVALID_ARGUMENT, field="facts")
-        for fact in facts:
-            _check_fact(fact, self.policy.fact_max_bytes)
-        items = [{"content": f, "vector": list(_vector(e, self.policy.embedding_dimension)
-                                                .to_list())}
-                 for f, e in zip(facts, embeddings, strict=True)]
+        p = self.policy
+        vectors = _check_save(facts, embeddings, entry_cap=p.entry_cap,
+                              fact_max_bytes=p.fact_max_bytes, dimension=p.embedding_dimension)
+        items = [{"content": f, "vector": v.to_list()}
+                 for f, v in zip(facts, vectors, strict=True)]
         data = await self._call("entries", key, {"generation": gen, "items": items},
                                 idempotent=False)
         ids = data.get("ids")
@@ -199,7 +202,7 @@ class KagentControllerStore(_Client):
     async def search(self, key: ScopeKey, generation: int | None, embedding: Sequence[float], *,
                      limit: int = 5) -> list[MemoryRecord]:
         gen = _generation(generation)
-        check_limit(limit)
+        _check_limit(limit, _MAX_LIMIT)
         vec = _vector(embedding, self.policy.embedding_dimension).to_list()
         data = await self._call("search", key, {"generation": gen, "vector": vec,
                                                 "limit": limit}, idempotent=True)
@@ -214,11 +217,9 @@ class KagentControllerStore(_Client):
         """``search`` for 1..8 query vectors in one request, fenced once; element ``i`` is what
         ``search`` returns for ``embeddings[i]``, and the call is refused as a whole."""
         gen = _generation(generation)
-        check_limit(limit)
-        if (isinstance(embeddings, str | bytes) or not isinstance(embeddings, Sequence)
-                or not 0 < len(embeddings) <= _MAX_QUERIES):
-            raise InvalidInput(ReasonCode.INVALID_ARGUMENT, field="embeddings")
-        vectors = [_vector(e, self.policy.embedding_dimension).to_list() for e in embeddings]
+        vectors = [v.to_list() for v in _check_queries(
+            embeddings, limit, dimension=self.policy.embedding_dimension,
+            max_queries=_MAX_QUERIES, max_limit=_MAX_LIMIT)]
         data = await self._call("search", key, {"generation": gen, "vectors": vectors,
                                                 "limit": limit}, idempotent=True)
         results = data.get("results")

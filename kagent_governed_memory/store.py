@@ -26,8 +26,10 @@ from ._erasure import _Erasure
 from ._pgtypes import _login_probe, _VectorArrayDumper, _Vectors
 from ._validate import (
     EMBEDDING_DIMENSION,
-    _check_fact,
+    _check_limit,
     _check_local_server,
+    _check_queries,
+    _check_save,
     _generation,
     _key,
     _reason,
@@ -324,13 +326,9 @@ class GovernedMemoryStore(_Erasure):
         """Store facts (all or none) under the captured generation; returns opaque entry ids."""
         self._servable(key)
         gen = _generation(generation)
-        if isinstance(facts, str) or not isinstance(facts, Sequence):
-            raise InvalidInput(ReasonCode.INVALID_TEXT)
-        if not 0 < len(facts) <= self.policy.entry_cap or len(facts) != len(embeddings):
-            raise InvalidInput(ReasonCode.INVALID_ARGUMENT, field="facts")
-        for fact in facts:
-            _check_fact(fact, self.policy.fact_max_bytes)
-        vectors = [_vector(e, self.policy.embedding_dimension) for e in embeddings]
+        p = self.policy
+        vectors = _check_save(facts, embeddings, entry_cap=p.entry_cap,
+                              fact_max_bytes=p.fact_max_bytes, dimension=p.embedding_dimension)
         rows = await self._all(
             "save", "SaveMemoryEntries",
             [*_key(key), gen, self.policy.version, list(facts), vectors]
@@ -343,8 +341,7 @@ class GovernedMemoryStore(_Erasure):
         """Exact cosine top-``limit`` among the scope's unexpired entries, fenced (C3, B2)."""
         self._servable(key)
         gen = _generation(generation)
-        if not isinstance(limit, int) or isinstance(limit, bool) or not 0 < limit <= MAX_SEARCH_LIMIT:
-            raise InvalidInput(ReasonCode.INVALID_LIMIT)
+        _check_limit(limit, MAX_SEARCH_LIMIT)
         vec = _vector(embedding, self.policy.embedding_dimension)
         rows = await self._all("search", "SearchMemoryEntries",
                                [*_key(key), gen, self.policy.version, vec, limit])
@@ -363,12 +360,8 @@ class GovernedMemoryStore(_Erasure):
         embeddings[i], limit=limit)`` returns, and the whole call is refused if any would be."""
         self._servable(key)
         gen = _generation(generation)
-        if not isinstance(limit, int) or isinstance(limit, bool) or not 0 < limit <= MAX_SEARCH_LIMIT:
-            raise InvalidInput(ReasonCode.INVALID_LIMIT)
-        if (isinstance(embeddings, str | bytes) or not isinstance(embeddings, Sequence)
-                or not 0 < len(embeddings) <= MAX_SEARCH_QUERIES):
-            raise InvalidInput(ReasonCode.INVALID_ARGUMENT, field="embeddings")
-        vectors = [_vector(e, self.policy.embedding_dimension) for e in embeddings]
+        vectors = _check_queries(embeddings, limit, dimension=self.policy.embedding_dimension,
+                                 max_queries=MAX_SEARCH_QUERIES, max_limit=MAX_SEARCH_LIMIT)
         rows = await self._all("search", "SearchMemoryEntriesMany",
                                [*_key(key), gen, self.policy.version, _Vectors(vectors), limit])
         out: list[list[MemoryRecord]] = [[] for _ in vectors]

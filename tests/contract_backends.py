@@ -210,10 +210,11 @@ class HttpBackend:
         return [(s["outcome"], int(s.get("deleted") or 0)) for s in data["scopes"]]
 
 
-class KagentBackend:
-    """The library's kagent-mode clients against a controller: runtime calls through
-    ``KagentControllerStore`` (one per agent, with that agent's token) inside a request bound
-    to a freshly signed assertion, control calls through ``KagentBridgeStore``."""
+class KagentBackend(LibraryBackend):
+    """The library's kagent-mode clients against a controller: the control calls are
+    ``LibraryBackend``'s on ``KagentBridgeStore`` (the bridge's token); the runtime calls go
+    through ``KagentControllerStore`` (one per agent, with that agent's token) inside a request
+    bound to a freshly signed assertion."""
 
     name = "kagent"
 
@@ -224,6 +225,7 @@ class KagentBackend:
         self.local_server, self.agent_token = local_server, agent_token
         self.public_keys = {key_id(bridge_key): bridge_key.public_key()}
         self.bridge = KagentBridgeStore(url, local_server=local_server, token=bridge_token)
+        super().__init__(self.bridge, self.bridge)  # type: ignore[arg-type]
         self.runtimes: dict[AgentIdentity, KagentControllerStore] = {}
 
     async def aclose(self) -> None:
@@ -250,15 +252,6 @@ class KagentBackend:
             assert binding.assertion is not None, binding.reason
             yield binding.assertion
 
-    async def _call(self, coro: Any) -> Any:
-        try:
-            return await coro
-        except GovernanceError as exc:
-            raise Refused(exc.reason.value) from None
-
-    async def grant(self, key: ScopeKey, purpose: str) -> int:
-        return (await self._call(self.bridge.grant(key, purpose=purpose))).generation
-
     async def generation(self, key: ScopeKey) -> int | None:
         with self.request(key) as assertion:
             return await self._call(self.runtime(key.agent).redeem(assertion))
@@ -276,23 +269,7 @@ class KagentBackend:
                                                                    limit=limit))
         return [(h.id, h.text) for h in hits]
 
-    async def inspect(self, key: ScopeKey) -> list[tuple[str, str]]:
-        page = await self._call(self.bridge.inspect(key, page_size=50))
-        return [(e.id, e.text) for e in page.entries]
-
     async def forget(self, key: ScopeKey, entry_id: str) -> Erasure:
-        with self.request(key):
+        with self.request(key):  # the agent's delete_memory: the runtime route
             r = await self._call(self.runtime(key.agent).forget(key, entry_id))
         return Erasure(r.deleted, r.verified)
-
-    async def withdraw(self, key: ScopeKey) -> Erasure:
-        r = await self._call(self.bridge.withdraw(key))
-        return Erasure(r.deleted, r.verified)
-
-    async def status(self, key: ScopeKey) -> dict[str, Any]:
-        s = await self._call(self.bridge.status(key))
-        return {"enabled": s.enabled, "generation": s.generation, "entry_count": s.entry_count}
-
-    async def offboard(self, principal: Principal) -> list[tuple[str, int]]:
-        report = await self._call(self.bridge.offboard(principal))
-        return [(str(s.outcome), s.deleted) for s in report.scopes]
