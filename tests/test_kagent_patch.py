@@ -287,8 +287,9 @@ def test_patched_read_time_expiry(patched):
 
 def test_patched_prefetch_is_bounded(patched):
     """A2: a first message of twelve sentences is prefetched with one embedding call of at most
-    eight sub-queries."""
+    eight sub-queries and one ``/search`` request carrying them as ``vectors``."""
     assert patched["consented"]["prefetch_embedding_items"] == [8]
+    assert patched["consented"]["prefetch_search_calls"] == 1
 
 
 def test_patched_autosave_summarises_eligible_turns_and_never_the_raw_transcript(patched):

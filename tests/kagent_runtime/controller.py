@@ -205,14 +205,25 @@ class TestController:
         return await self._run(request, "entries", work)
 
     async def _search(self, request: Request) -> JSONResponse:
+        """``vector`` (one query): ``{"memories": [...]}``; ``vectors`` (1..8, a prefetch's
+        sub-queries): ``{"results": [[...], ...]}`` from ``store.search_many``, element i what
+        ``vector: vectors[i]`` returns, refused as a whole.  Both fields, or ``vectors`` empty
+        or over 8: ``invalid_argument``, as the Go controller (patch 0017) answers."""
+        def memories(hits):
+            return [{"id": h.id, "content": h.text, "created_at": h.created_at.isoformat(),
+                     "expires_at": h.expires_at.isoformat(), "score": 1.0 - (h.distance or 0.0)}
+                    for h in hits]
+
         async def work(key, body, assertion):
-            hits = await self.store.search(key, body.get("generation"), body.get("vector"),
-                                           limit=body.get("limit", 5))
-            return JSONResponse({"memories": [
-                {"id": h.id, "content": h.text, "created_at": h.created_at.isoformat(),
-                 "expires_at": h.expires_at.isoformat(), "score": 1.0 - (h.distance or 0.0)}
-                for h in hits
-            ]})
+            generation, limit = body.get("generation"), body.get("limit", 5)
+            vectors = body.get("vectors")
+            if vectors is None:  # absent or null: one query, as Go decodes it
+                hits = await self.store.search(key, generation, body.get("vector"), limit=limit)
+                return JSONResponse({"memories": memories(hits)})
+            if body.get("vector") is not None:  # both fields (none or over 8: search_many)
+                return _refuse(ReasonCode.INVALID_ARGUMENT)
+            per_query = await self.store.search_many(key, generation, vectors, limit=limit)
+            return JSONResponse({"results": [memories(hits) for hits in per_query]})
         return await self._run(request, "search", work)
 
     async def _forget(self, request: Request) -> JSONResponse:

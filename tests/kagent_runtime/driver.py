@@ -540,6 +540,7 @@ async def run_patched(h: Harness, store: GovernedMemoryStore, admin_dsn: str) ->
             _plant(conn, sid, generation, text, expires)
     durian = await h.turn("main", "LOAD durian", key=key)
     calls_before_prefetch = h.embedder.calls
+    searches_before_prefetch = h.controller.calls["search"]
     many = " ".join(f"Sentence number {i} asks what I like about durian desserts." for i in range(12))
     await h.turn("prefetch", many, key=key)
     prefetch_instruction = h.model._instructions[-1] if h.model._instructions else ""
@@ -553,6 +554,7 @@ async def run_patched(h: Harness, store: GovernedMemoryStore, admin_dsn: str) ->
         "prefetch_instruction_has_live": live_marker in prefetch_instruction,
         "prefetch_instruction_has_expired": expired_marker in prefetch_instruction,
         "prefetch_embedding_items": h.embedder.items[calls_before_prefetch:],
+        "prefetch_search_calls": h.controller.calls["search"] - searches_before_prefetch,
     }
 
     page = await store.inspect(key, page_size=50)
