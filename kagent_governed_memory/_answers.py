@@ -8,6 +8,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
+from . import _validate
 from .errors import GovernanceError, ReasonCode
 from .identity import ScopeKey
 from .models import ForgetReceipt
@@ -68,10 +69,7 @@ def _opaque(value: object) -> str:
 
 
 def _reason(value: object) -> ReasonCode | None:
-    if not value:
-        return None
-    found = ReasonCode._value2member_map_.get(value) if isinstance(value, str) else None
-    return found if isinstance(found, ReasonCode) else ReasonCode.CONTROLLER_ERROR
+    return _validate._reason(value, ReasonCode.CONTROLLER_ERROR)
 
 
 def _malformed() -> GovernanceError:

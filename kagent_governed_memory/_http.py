@@ -32,18 +32,11 @@ from typing import Any
 import httpx
 
 from .errors import (
-    AdmissionDenied,
-    ConsentConflict,
-    ConsentRequired,
-    EntryCapReached,
-    ErasureFailed,
-    FactTooLarge,
     GovernanceError,
     InvalidInput,
     ReasonCode,
-    ScopeDenied,
-    StaleGeneration,
     StoreUnavailable,
+    error_for_reason,
 )
 
 __all__ = ["BASE_PATH", "DEFAULT_DEADLINE", "DEFAULT_TIMEOUT", "KAGENT_TOKEN_PATH",
@@ -62,33 +55,6 @@ _ATTEMPTS = 3
 _RETRY_STATUS = frozenset({502, 503, 504})
 _MAX_TOKEN_BYTES = 16384
 
-_CLASS_OF: dict[ReasonCode, type[GovernanceError]] = {
-    ReasonCode.CONSENT_REQUIRED: ConsentRequired,
-    ReasonCode.CONSENT_POLICY_CHANGED: ConsentRequired,
-    ReasonCode.ERASURE_PENDING: ConsentRequired,
-    ReasonCode.CONSENT_CONFLICT: ConsentConflict,
-    ReasonCode.STALE_GENERATION: StaleGeneration,
-    ReasonCode.ENTRY_CAP_REACHED: EntryCapReached,
-    ReasonCode.FACT_TOO_LARGE: FactTooLarge,
-    ReasonCode.BUDGET_EXHAUSTED: AdmissionDenied,
-    ReasonCode.RATE_LIMITED: AdmissionDenied,
-    ReasonCode.ERASURE_FAILED: ErasureFailed,
-    ReasonCode.VERIFICATION_FAILED: ErasureFailed,
-    ReasonCode.STORE_UNAVAILABLE: StoreUnavailable,
-    ReasonCode.SERVICE_ROLE_MISSING: StoreUnavailable,
-    ReasonCode.OPERATOR_ROLE_MISSING: StoreUnavailable,
-    ReasonCode.PERMISSION_DENIED: StoreUnavailable,
-    ReasonCode.SCHEMA_OUTDATED: StoreUnavailable,
-}
-_DENIED = frozenset({
-    ReasonCode.UNAUTHENTICATED, ReasonCode.FORBIDDEN, ReasonCode.AGENT_MISMATCH,
-    ReasonCode.SCOPE_MISMATCH, ReasonCode.FEDERATION_DENIED, ReasonCode.REMOTE_SERVER_DENIED,
-    ReasonCode.SCOPE_KIND_RESERVED, ReasonCode.PRINCIPAL_OFFBOARDED,
-    ReasonCode.ASSERTION_MISSING, ReasonCode.ASSERTION_INVALID, ReasonCode.ASSERTION_EXPIRED,
-    ReasonCode.ASSERTION_UNKNOWN_KEY, ReasonCode.ASSERTION_REPLAYED, ReasonCode.CONTEXT_MISMATCH,
-})
-
-
 def error_for(status: int, code: object, operation: str) -> GovernanceError:
     """The error for an API answer: its reason code if it is one of ours, else by status."""
     reason = ReasonCode._value2member_map_.get(code) if isinstance(code, str) else None
@@ -100,10 +66,8 @@ def error_for(status: int, code: object, operation: str) -> GovernanceError:
                 else ReasonCode.CONTROLLER_ERROR
         else:
             reason = ReasonCode.CONTROLLER_ERROR
-    cls = _CLASS_OF.get(reason) or (ScopeDenied if reason in _DENIED else None)
-    if cls is None:
-        cls = InvalidInput if 400 <= status < 500 else GovernanceError
-    return cls(reason, operation=operation, status=status)
+    return error_for_reason(reason, InvalidInput if 400 <= status < 500 else GovernanceError,
+                            operation=operation, status=status)
 
 
 class TokenSource:

@@ -94,10 +94,20 @@ def _parse_entry_id(entry_id: object) -> uuid.UUID:
     return parsed or uuid.uuid4()
 
 
-def _reason(value: str | None) -> ReasonCode | None:
-    if value is None:
+def _reason(value: object, unknown: ReasonCode = ReasonCode.ERASURE_FAILED
+            ) -> ReasonCode | None:
+    """A stored or answered reason code; ``unknown`` for a value that is not one of ours."""
+    if value is None or value == "":
         return None
-    return ReasonCode._value2member_map_.get(value, ReasonCode.ERASURE_FAILED)  # type: ignore[return-value]
+    found = ReasonCode._value2member_map_.get(value) if isinstance(value, str) else None
+    return found if isinstance(found, ReasonCode) else unknown
+
+
+def _servable(key: object, local_server: str) -> None:
+    """``key`` is a ``ScopeKey`` this deployment serves (S5), or the store refuses it."""
+    if not isinstance(key, ScopeKey):
+        raise InvalidInput(ReasonCode.INVALID_IDENTITY, field="scope_key")
+    key.require_servable(local_server)
 
 
 def _key(key: ScopeKey) -> list[Any]:

@@ -19,7 +19,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import datetime
 
-from ._buckets import sender_id as _sender_id  # noqa: F401 - kept importable here
 from .errors import InvalidInput, ReasonCode
 from .identity import ScopeKey
 from .policy import MemoryPolicy

@@ -166,13 +166,9 @@ def _parser() -> argparse.ArgumentParser:
              "random id) that hold rows expired more than 24 hours ago.", [common]
              ).set_defaults(handler=_with_store(_verify))
     operator = argparse.ArgumentParser(add_help=False, parents=[common])
-    operator.add_argument("--principal", required=True, help="complete MXID")
-    operator.add_argument("--origin", default=OriginKind.NATIVE_LOCAL.value,
-                          choices=[o.value for o in OriginKind])
+    _principal_args(operator, required=True)
     offboard = argparse.ArgumentParser(add_help=False, parents=[bridge])
-    offboard.add_argument("--principal", required=True, help="complete MXID")
-    offboard.add_argument("--origin", default=OriginKind.NATIVE_LOCAL.value,
-                          choices=[o.value for o in OriginKind])
+    _principal_args(offboard, required=True)
     _command(sub, "offboard", "block, disable, clear and verify every scope of one principal",
              "--dsn is an OPERATOR login (kagent_memory_operator) or the owner; or "
              "--controller, as the bridge. Exit 1 when an erasure could not be verified (run "
@@ -185,10 +181,14 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _key_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--principal", help="complete MXID")
+def _principal_args(p: argparse.ArgumentParser, *, required: bool = False) -> None:
+    p.add_argument("--principal", required=required, help="complete MXID")
     p.add_argument("--origin", default=OriginKind.NATIVE_LOCAL.value,
                    choices=[o.value for o in OriginKind])
+
+
+def _key_args(p: argparse.ArgumentParser) -> None:
+    _principal_args(p)
     p.add_argument("--namespace")
     p.add_argument("--agent")
     p.add_argument("--room", help="control room ID")

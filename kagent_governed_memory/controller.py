@@ -48,6 +48,7 @@ from ._validate import (
     _check_queries,
     _check_save,
     _generation,
+    _servable,
     _vector,
 )
 from .assertion import ScopeAssertion
@@ -109,9 +110,19 @@ class _Client:
         await self.aclose()
 
     def _servable(self, key: ScopeKey) -> None:
-        if not isinstance(key, ScopeKey):
-            raise InvalidInput(ReasonCode.INVALID_IDENTITY, field="scope_key")
-        key.require_servable(self._local_server)
+        _servable(key, self._local_server)
+
+    async def _call(self, route: str, key: ScopeKey, body: dict[str, Any], *,
+                    idempotent: bool) -> dict[str, Any]:
+        raise NotImplementedError  # each side sends its own credentials
+
+    async def forget(self, key: ScopeKey, entry_id: str) -> ForgetReceipt:
+        """Delete one entry and verify it unreadable (the runtime within a request, or the
+        bridge for its subject).  An absent, foreign or malformed id: ``deleted=0``."""
+        if not isinstance(entry_id, str):
+            raise InvalidInput(ReasonCode.INVALID_ARGUMENT, field="entry_id")
+        data = await self._call("forget", key, {"entry_id": entry_id}, idempotent=True)
+        return _receipt(ForgetReceipt, key, data)
 
     def _record(self, key: ScopeKey, m: Any) -> MemoryRecord:
         return _parsed(lambda: MemoryRecord(
@@ -228,12 +239,6 @@ class KagentControllerStore(_Client):
             raise _malformed()
         return [[self._record(key, m) for m in hits] for hits in results]
 
-    async def forget(self, key: ScopeKey, entry_id: str) -> ForgetReceipt:
-        if not isinstance(entry_id, str):
-            raise InvalidInput(ReasonCode.INVALID_ARGUMENT, field="entry_id")
-        data = await self._call("forget", key, {"entry_id": entry_id}, idempotent=True)
-        return _receipt(ForgetReceipt, key, data)
-
     async def _call(self, route: str, key: ScopeKey, body: dict[str, Any], *,
                     idempotent: bool) -> dict[str, Any]:
         """A runtime route for ``key``, with the current request's assertion for that key."""
@@ -322,12 +327,6 @@ class KagentBridgeStore(_Client):
         if not isinstance(entries, list) or not (nxt is None or isinstance(nxt, str)):
             raise _malformed()
         return InspectPage(entries=tuple(self._record(key, e) for e in entries), next_cursor=nxt)
-
-    async def forget(self, key: ScopeKey, entry_id: str) -> ForgetReceipt:
-        if not isinstance(entry_id, str):
-            raise InvalidInput(ReasonCode.INVALID_ARGUMENT, field="entry_id")
-        data = await self._call("forget", key, {"entry_id": entry_id}, idempotent=True)
-        return _receipt(ForgetReceipt, key, data)
 
     async def forget_all(self, key: ScopeKey) -> ErasureReceipt:
         # not repeated on a lost answer: a second clear would advance the generation again

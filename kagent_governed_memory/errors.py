@@ -357,6 +357,30 @@ _SQLSTATE: dict[str, tuple[type[GovernanceError], ReasonCode]] = {
     "42P01": (StoreUnavailable, ReasonCode.SCHEMA_OUTDATED),  # undefined_table
     "42883": (StoreUnavailable, ReasonCode.SCHEMA_OUTDATED),  # undefined_function
 }
+# The class of every reason code that has one beyond ``GovernanceError``: the SQLSTATE table's,
+# plus the codes that reach a caller another way (admission, erasure steps, a request's binding,
+# the controller's API).  ``error_for_reason`` is how an API answer's code becomes an error.
+_CLASS_OF_REASON: dict[ReasonCode, type[GovernanceError]] = {
+    **{reason: cls for cls, reason in _SQLSTATE.values()},
+    ReasonCode.BUDGET_EXHAUSTED: AdmissionDenied,
+    ReasonCode.RATE_LIMITED: AdmissionDenied,
+    ReasonCode.ERASURE_FAILED: ErasureFailed,
+    ReasonCode.VERIFICATION_FAILED: ErasureFailed,
+    ReasonCode.STORE_UNAVAILABLE: StoreUnavailable,
+    **dict.fromkeys((
+        ReasonCode.UNAUTHENTICATED, ReasonCode.FORBIDDEN, ReasonCode.AGENT_MISMATCH,
+        ReasonCode.SCOPE_MISMATCH, ReasonCode.FEDERATION_DENIED, ReasonCode.ASSERTION_MISSING,
+        ReasonCode.ASSERTION_INVALID, ReasonCode.ASSERTION_UNKNOWN_KEY,
+        ReasonCode.CONTEXT_MISMATCH), ScopeDenied),
+}
+
+
+def error_for_reason(reason: ReasonCode, fallback: type[GovernanceError] = GovernanceError,
+                     **ids: str | int) -> GovernanceError:
+    """The error of ``reason``: its class if it has one, else ``fallback``."""
+    return _CLASS_OF_REASON.get(reason, fallback)(reason, **ids)
+
+
 _CONNECTION_CLASSES = ("08", "53", "57", "58")
 # libpq reports a login the server refused (SQLSTATE 28000/28P01/3D000 on the wire) with no
 # SQLSTATE, only its message; these fixed words of that message are matched -- the message is

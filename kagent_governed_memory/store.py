@@ -33,6 +33,7 @@ from ._validate import (
     _generation,
     _key,
     _reason,
+    _servable,
     _vector,
 )
 from .assertion import CLASSIFICATION, ScopeAssertion
@@ -432,9 +433,7 @@ class GovernedMemoryStore(_Erasure):
     # -- internals ------------------------------------------------------------------------
 
     def _servable(self, key: ScopeKey) -> None:
-        if not isinstance(key, ScopeKey):
-            raise InvalidInput(ReasonCode.INVALID_IDENTITY, field="scope_key")
-        key.require_servable(self._local_server)
+        _servable(key, self._local_server)
 
     async def _one(self, op: str, name: str, params: list[Any]) -> tuple[Any, ...] | None:
         rows = await self._all(op, name, params)

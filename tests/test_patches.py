@@ -29,7 +29,7 @@ import pytest
 from pgvector import Vector
 from pgvector.psycopg import register_vector
 
-from kagent_governed_memory.admission import _sender_id
+from kagent_governed_memory._buckets import sender_id as _sender_id
 from kagent_governed_memory.errors import _SQLSTATE
 from kagent_governed_memory.identity import AgentIdentity, MemoryScope, Principal, ScopeKey
 from kagent_governed_memory.policy import PROTOTYPE_POLICY
