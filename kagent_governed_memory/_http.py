@@ -190,7 +190,7 @@ class Transport:
         url = f"{self._base}/{route}"
         headers = {**sent, "Content-Type": "application/json"}
         for attempt in range(_ATTEMPTS):
-            retry, failed = False, None
+            retry = False
             try:
                 status, raw = await self._exchange(url, headers, content)
             except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout):
@@ -202,9 +202,8 @@ class Transport:
                     retry = True
                 else:
                     return _decode(status, raw, operation)
-            failed = StoreUnavailable(ReasonCode.STORE_UNAVAILABLE, operation=operation)
             if not retry or attempt + 1 == _ATTEMPTS:
-                raise failed
+                break
             await asyncio.sleep(0.1 * 2**attempt)
         raise StoreUnavailable(ReasonCode.STORE_UNAVAILABLE, operation=operation)
 
