@@ -106,6 +106,47 @@ async def test_service_withdraw_cancels_pending_autosaves(store, database):
     assert not h.service._tasks and physical_rows(database, key) == 0
 
 
+async def test_service_withdraw_disables_first_so_the_fence_refuses_inflight_autosaves(
+        store, database):
+    """Issue 23 item 7 (section 11): ``service.withdraw`` disables and advances the generation
+    first; an auto-save that was already inside the summariser when the user withdrew then
+    reaches the database and is refused by the fence (not merely cancelled beforehand)."""
+    h = build(store, summaries=['["A fact from before the withdrawal must not land"]'])
+    h.model.gate = asyncio.Event()
+    key = make_key()
+    await store.grant(key, purpose=PURPOSE)
+    for text in FIVE_TURNS:
+        await h.turn(text, key=key)
+    await _until(lambda: h.model.calls.count("summarise") == 1)
+    [pending] = list(h.service._tasks)
+    real_withdraw = store.withdraw
+    order: list[str] = []
+
+    def fenced() -> bool:
+        return any(m[1]["kgm.memory.operation"] == "save"
+                   and m[1]["kgm.memory.outcome"] in {"stale_generation", "consent_required"}
+                   for m in h.metrics())
+
+    async def withdraw_then_release(k):
+        receipt = await real_withdraw(k)
+        order.append("withdrawn" if not pending.done() else "withdrawn after cancel")
+        h.model.gate.set()  # the in-flight summary now completes and tries to save
+        await _until(lambda: fenced() or pending.done())
+        return receipt
+
+    store.withdraw = withdraw_then_release  # type: ignore[method-assign]
+    try:
+        receipt = await h.service.withdraw(key)
+    finally:
+        del store.withdraw
+    assert receipt.verified
+    assert order == ["withdrawn"], "the scope was disabled before in-flight work was touched"
+    assert not pending.cancelled(), "the in-flight save was cancelled instead of fenced"
+    assert pending.result().reason in {ReasonCode.STALE_GENERATION, ReasonCode.CONSENT_REQUIRED}
+    assert fenced()
+    assert not h.service._tasks and physical_rows(database, key) == 0
+
+
 async def _until(condition, timeout: float = 5.0) -> None:
     for _ in range(int(timeout / 0.01)):
         if condition():

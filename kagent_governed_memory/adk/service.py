@@ -385,13 +385,21 @@ class GovernedMemoryService(BaseMemoryService):
         return len(pending)
 
     async def withdraw(self, key: ScopeKey) -> ErasureReceipt:
-        """Cancel this key's pending auto-saves, then withdraw in the store (C4).  Direct mode
-        only: in kagent mode the bridge withdraws (``KagentBridgeStore``); a runtime store
-        that cannot raises ``invalid_argument`` (``field=withdraw``)."""
+        """Withdraw in the store (C4: disabled and the generation advanced, committed first,
+        then cleared and verified), then cancel this key's auto-saves still pending here.
+
+        The order is the guarantee: from the moment the disable commits, the database fence
+        refuses every save carrying the old generation, so work already in flight when the
+        user withdrew is rejected by the fence, not merely cancelled; cancelling afterwards
+        only saves its model and embedding cost.  Direct mode only: in kagent mode the bridge
+        withdraws (``KagentBridgeStore``); a runtime store that cannot raises
+        ``invalid_argument`` (``field=withdraw``)."""
         if not isinstance(self.store, ControlRepository):
             raise InvalidInput(ReasonCode.INVALID_ARGUMENT, field="withdraw")
-        await self.cancel_autosaves(key)
-        return await self.store.withdraw(key)
+        try:
+            return await self.store.withdraw(key)
+        finally:
+            await self.cancel_autosaves(key)
 
     async def aclose(self) -> None:
         for task in list(self._tasks):
