@@ -188,7 +188,9 @@ def test_recalled_facts_reach_the_model_but_no_table_after_forget_and_withdraw(r
     assert set(KAGENT_TABLES) - {"public.session"} <= set(_where(recall["hits"]["marker"])), \
         recall["hits"]["marker"]
     assert all(recall["tables"].get(t, 0) > 0 for t in KAGENT_TABLES), recall["tables"]
-    assert "public.memory" in recall["tables"]  # kagent's legacy memory table is searched too
+    # every schema's tables: kagent's core and legacy memory tables, and the governed ones
+    assert {"public.agent", "public.memory", "public.memory_scope", "public.memory_entry",
+            "public.memory_audit", "public.schema_migrations"} <= set(recall["tables"])
 
     assert r["forget_receipt"] == {"deleted": 1, "verified": True}
     assert_held_nowhere(r, "forget", "forget")
