@@ -15,7 +15,13 @@ only) is cloned instead of applying the patches, and the cache key is that commi
 autosquashed series (``git rebase -i --autosquash``) when ``test_go_series`` should pass: its
 per-commit ``sqlc``/``clean`` checks hold for each squashed commit, not for a ``fixup!`` alone.
 
-``serve(dsn, local_server)`` starts it on a loopback port and yields the base URL.  Missing Go or
+``serve(dsn, local_server)`` starts it on a loopback port and yields the base URL.  With
+``sessions_dsn`` (kagent's database login for its core tables, e.g. the database owner: kagent's
+core migrations create them) the same process also serves kagent's main API router -- its real
+``/api/sessions`` and ``/api/tasks`` handlers on kagent's database client, unsecure
+authentication, from the overlay ``tests/go_overlay/kagent_sessions_testserver_test.go`` -- on
+a second loopback port: ``serve_sessions(dsn, sessions_dsn)`` yields ``(governed_url,
+sessions_url)``.  Missing Go or
 missing kagent source raises ``Unavailable`` with the reason, which the tests report loudly.
 
 Callers authenticate as the controller requires (projected ServiceAccount tokens, verified by a
@@ -41,6 +47,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 PATCHES = REPO / "patches" / "kagent-v0.9.11"
 OVERLAY = REPO / "tests" / "go_overlay" / "governed_memory_testserver_test.go"
+# kagent's own session and task routes beside it (KGM_TESTSERVER_SESSIONS_ADDR_FILE)
+SESSIONS_OVERLAY = REPO / "tests" / "go_overlay" / "kagent_sessions_testserver_test.go"
+OVERLAYS = (OVERLAY, SESSIONS_OVERLAY)
 DEFAULT_SRC = Path("/work/.mirror/kagent-dev+kagent/repo")
 TAG = "v0.9.11"
 
@@ -127,7 +136,7 @@ def build() -> tuple[Path, Path, bool]:
     version = subprocess.run([go, "version"], capture_output=True, text=True,
                              check=True).stdout.strip()
     h = hashlib.sha256(version.encode())
-    sources = [OVERLAY] if override else [*go_patches(), OVERLAY]
+    sources = [*OVERLAYS] if override else [*go_patches(), *OVERLAYS]
     if override:
         h.update(b"tree\0" + commit.encode())
     for path in sources:
@@ -148,7 +157,9 @@ def build() -> tuple[Path, Path, bool]:
             if not override:
                 _run(["git", "-c", "user.name=verify", "-c", "user.email=verify@localhost",
                       "am", "-q", *map(str, go_patches())], tree)
-            shutil.copy(OVERLAY, tree / "go" / "core" / "internal" / "httpserver" / OVERLAY.name)
+            for overlay in OVERLAYS:
+                shutil.copy(overlay, tree / "go" / "core" / "internal" / "httpserver"
+                            / overlay.name)
             _run([go, "test", "-c", "-o", str(work / binary.name), "./core/internal/httpserver/"],
                  tree / "go")
             if final.exists():
@@ -165,28 +176,38 @@ class ControllerProcess:
     the same address (a restart)."""
 
     def __init__(self, dsn: str, *, local_server: str, env: dict[str, str] | None,
-                 tmp: Path) -> None:
+                 tmp: Path, sessions_dsn: str | None = None) -> None:
         _, self.binary, _ = build()
         self.tmp, self.bind = tmp, "127.0.0.1:0"
         self.env = {"KGM_TESTSERVER_BRIDGE_SERVICE_ACCOUNTS": "/".join(BRIDGE_SERVICE_ACCOUNT),
                     "KGM_TESTSERVER_AGENTS": ",".join(f"{ns}/{name}" for ns, name in AGENTS),
                     **os.environ, **(env or {}), "KGM_TESTSERVER_DSN": dsn,
                     "KGM_TESTSERVER_LOCAL_SERVER": local_server}
+        if sessions_dsn is not None:  # kagent's main API (sessions, tasks) on a second port
+            self.env["KGM_TESTSERVER_SESSIONS_DSN"] = sessions_dsn
+        self.sessions = sessions_dsn is not None
         self.proc: subprocess.Popen[bytes] | None = None
         self.url = ""
+        self.sessions_url = ""
         self.log = tmp / "server.log"
 
     def start(self) -> str:
-        addr = self.tmp / "addr"
+        addr, sessions_addr = self.tmp / "addr", self.tmp / "sessions-addr"
         addr.unlink(missing_ok=True)
+        sessions_addr.unlink(missing_ok=True)
         out = open(self.log, "a")  # noqa: SIM115
         env = {**self.env, "KGM_TESTSERVER_ADDR_FILE": str(addr), "KGM_TESTSERVER_BIND": self.bind}
+        if self.sessions:  # a restart serves the sessions on a new port
+            env["KGM_TESTSERVER_SESSIONS_ADDR_FILE"] = str(sessions_addr)
+        else:
+            env.pop("KGM_TESTSERVER_SESSIONS_ADDR_FILE", None)
+        waits = [addr, sessions_addr] if self.sessions else [addr]
         self.proc = proc = subprocess.Popen(
             [str(self.binary), "-test.run", "^TestGovernedMemoryTestServer$", "-test.v"],
             stdin=subprocess.PIPE, stdout=out, stderr=subprocess.STDOUT, env=env)
         out.close()
         deadline = time.monotonic() + 60
-        while not (addr.exists() and addr.read_text()):
+        while not all(a.exists() and a.read_text() for a in waits):
             if proc.poll() is not None:
                 text = self.log.read_text()[-3000:]
                 raise RuntimeError(f"the controller exited ({proc.returncode}):\n{text}")
@@ -195,6 +216,8 @@ class ControllerProcess:
             time.sleep(0.05)
         self.bind = addr.read_text()  # a restart listens on the same address
         self.url = f"http://{self.bind}"
+        if self.sessions:
+            self.sessions_url = f"http://{sessions_addr.read_text()}"
         return self.url
 
     def kill(self) -> None:
@@ -218,10 +241,12 @@ class ControllerProcess:
 
 @contextlib.contextmanager
 def controller(dsn: str, *, local_server: str = "example.org",
-               env: dict[str, str] | None = None) -> Iterator[ControllerProcess]:
+               env: dict[str, str] | None = None,
+               sessions_dsn: str | None = None) -> Iterator[ControllerProcess]:
     """A started ``ControllerProcess`` (stopped on exit)."""
     with tempfile.TemporaryDirectory() as tmp:
-        process = ControllerProcess(dsn, local_server=local_server, env=env, tmp=Path(tmp))
+        process = ControllerProcess(dsn, local_server=local_server, env=env, tmp=Path(tmp),
+                                    sessions_dsn=sessions_dsn)
         try:
             process.start()
             yield process
@@ -236,6 +261,21 @@ def serve(dsn: str, *, local_server: str = "example.org", log: Path | None = Non
     with controller(dsn, local_server=local_server, env=env) as process:
         try:
             yield process.url
+        finally:
+            if log is not None:
+                log.write_text(process.log.read_text())
+
+
+@contextlib.contextmanager
+def serve_sessions(dsn: str, sessions_dsn: str, *, local_server: str = "example.org",
+                   log: Path | None = None,
+                   env: dict[str, str] | None = None) -> Iterator[tuple[str, str]]:
+    """``serve`` plus kagent's main API (its real session and task routes on kagent's database
+    client, through ``sessions_dsn``) in the same process: ``(governed URL, sessions URL)``."""
+    with controller(dsn, local_server=local_server, env=env,
+                    sessions_dsn=sessions_dsn) as process:
+        try:
+            yield process.url, process.sessions_url
         finally:
             if log is not None:
                 log.write_text(process.log.read_text())
