@@ -195,7 +195,10 @@ def version_of(cmd: list[str], args: list[str], cwd: Path, env: dict[str, str],
     code, out, secs = run([*cmd, *args], cwd=cwd, env=env)
     if code != 0:
         return None, out, secs
-    m = re.search(pattern, out)
+    # ``go run`` reports what it downloads and builds on the same streams ("go: downloading
+    # <module> v1.9.0", ...) the first time on a machine: only the tool's own lines count.
+    own = "\n".join(line for line in out.splitlines() if not line.startswith("go: "))
+    m = re.search(pattern, own)
     return (m.group(1) if m else None), out, secs
 
 
