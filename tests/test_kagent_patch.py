@@ -223,7 +223,8 @@ def _reason(reply: str) -> str | None:
 
 
 def _no_memories(reply: str) -> bool:
-    return reply == 'tool said {"result": "{}"}'
+    """The governed load_memory's answer when it found nothing: a count and no ids."""
+    return reply == 'tool said {"result": "{\\"count\\": 0, \\"ids\\": []}"}'
 
 
 # -- the patched runtime proves the gates ---------------------------------------------------------
@@ -262,9 +263,13 @@ def test_patched_per_request_disable_gate(patched):
 
 
 def test_patched_consented_save_and_load(patched):
+    """Saved facts are recalled into the model's request; load_memory's own answer (a session
+    event) carries a count and opaque ids only."""
     c = patched["consented"]
     assert all("Successfully saved" in s for s in c["saved"])
-    assert "I like green tea" in c["loaded"] and "My cat is called Miso" in c["loaded"]
+    assert "I like green tea" in c["loaded_request"] and "My cat is called Miso" in c["loaded_request"]
+    assert "green tea" not in c["loaded"] and "Miso" not in c["loaded"]
+    assert '\\"count\\": ' in c["loaded"] and '\\"ids\\": [\\"' in c["loaded"]
 
 
 def test_patched_per_entry_forget(patched):
@@ -272,15 +277,16 @@ def test_patched_per_entry_forget(patched):
     f = patched["forget"]
     assert f["tea_id"] and f["cat_id"] and f["forget_calls"] == 1
     assert f["tea_rows"] == 0 and f["cat_rows"] == 1
-    assert "green tea" not in f["load_after"]
+    assert "green tea" not in f["load_after_request"] and "green tea" not in f["load_after"]
 
 
 def test_patched_read_time_expiry(patched):
     """B2: an expired row (planted through the superuser path) is unreadable by load_memory and
     by the prefetch, while a live row planted the same way is found."""
     c = patched["consented"]
-    assert c["live_marker"] in c["durian"]
-    assert c["expired_marker"] not in c["durian"]
+    assert c["live_marker"] in c["durian_request"]
+    assert c["expired_marker"] not in c["durian_request"]
+    assert c["live_marker"] not in c["durian"]  # recalled into the request, not the answer
     assert c["prefetch_instruction_has_live"] is True
     assert c["prefetch_instruction_has_expired"] is False
 
@@ -333,6 +339,32 @@ def test_patched_no_sentinel_in_logs(patched):
     offending = {name: sorted(set(where) - THIRD_PARTY_DEBUG_DUMPS)
                  for name, where in r["leaks"].items()}
     assert all(not where for where in offending.values()), (offending, r["log_file"])
+
+
+def test_patched_recall_is_injected_never_persisted(patched):
+    """Inject, don't persist (issue 23 item 1): a fact recalled by load_memory reaches the
+    model's next request of that turn -- and no row of kagent's session, event or task tables
+    (written by kagent's own KAgentSessionService and KAgentTaskStore) carries it, so a forget
+    or a withdrawal in the scoped store leaves no copy behind."""
+    r = patched["recall"]
+    assert r["in_scoped_store"] == 1
+    assert r["fact_in_model_request"] is True
+    assert r["fact_in_first_request"] is False  # injected after the recall, for this turn
+    assert r["fact_in_reply"] is False  # (the scripted model does not repeat it)
+    assert '\\"count\\": 1' in r["reply"]
+    assert r["persisted_rows"]["event"] > 0 and r["persisted_rows"]["task"] > 0
+    assert r["persisted"] == {"session": 0, "event": 0, "task": 0}, r
+
+
+def test_patched_stalled_controller_one_generation_per_turn(patched):
+    """A failed redemption is final for its request (issue 23 item 6): against a governed
+    listener that never answers, a turn that prefetches, calls save_memory and runs the
+    auto-save callback makes ONE /generation call; past the (injected, short) deadline it
+    answers without memory and says why, content-free."""
+    s = patched["stalled"]
+    assert s["calls"] == {"generation": 1}
+    assert _reason(s["reply"]) == "memory_deadline_exceeded"
+    assert s["deadline_logged"] is True
 
 
 # -- the unpatched runtime fails them ------------------------------------------------------------

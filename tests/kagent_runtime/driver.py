@@ -15,9 +15,12 @@ Runs inside the kagent venv with ``PYTHONPATH`` = the (patched or unpatched) cop
 * embeddings go through kagent's ``KAgentEmbedding`` and the OpenAI SDK to a loopback
   OpenAI-compatible server started here (feature-hashing vectors).
 
-Only three seams are replaced, in ``kagent.adk._a2a``: the controller HTTP client's transport,
-the session service (in memory instead of the controller's) and the task store (in memory).
-The root logger runs at DEBUG into a list; the report says where each sentinel appeared.
+Only one seam is replaced, in ``kagent.adk._a2a`` (and the governed service's module): the
+controller HTTP client's transport.  kagent's own ``KAgentSessionService`` and
+``KAgentTaskStore`` persist sessions, events and tasks through it to ``kagent_core_routes.py``
+(kagent's session and task routes, stored in kagent's core tables in PostgreSQL), so a test can
+read back everything kagent would have kept.  The root logger runs at DEBUG into a list; the
+report says where each sentinel appeared.
 
 Usage: ``python driver.py patched|unpatched`` with ``KGM_TEST_DSN`` / ``KGM_TEST_ADMIN_DSN``
 (patched only) and optional ``KGM_TEST_LOG_FILE`` (the captured log, for a failing test).
@@ -86,11 +89,9 @@ logging.root.setLevel(logging.DEBUG)
 import httpx
 import kagent.adk._a2a as kagent_a2a
 import uvicorn
-from a2a.server.tasks import InMemoryTaskStore
 from a2a.types import AgentCapabilities, AgentCard
 from google.adk.models.base_llm import BaseLlm
 from google.adk.models.llm_response import LlmResponse
-from google.adk.sessions import InMemorySessionService
 from google.genai import types
 from kagent.adk import KAgentApp
 from kagent.adk.types import AgentConfig
@@ -122,6 +123,7 @@ from kagent_governed_memory.migrations import migrate
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from controller import TestController
+from kagent_core_routes import KagentCoreRoutes
 
 # The bridge's key stays in this "bridge" half; the runtime (and a compiled controller) get the
 # public PEM only.  KGM_TEST_BRIDGE_KEY: a private PEM shared with the test that started one.
@@ -139,8 +141,9 @@ PATCHED = RUNTIME == "patched"  # governed memory
 # fake TokenReview knows it as kagent/my-agent.
 POD_TOKEN = "kgm-test-sa:kagent:my-agent"  # the compiled overlay's fake TokenReview format
 SUMMARY_MARKER = "Summary (JSON List):"
+STALL_SECONDS = 3.0  # a stalled call's wait before the client's read timeout
 SENTINELS = {name: f"{name.upper()}-{secrets.token_hex(8)}" for name in
-             ("query", "summary", "model_error", "embedding_error")}
+             ("query", "summary", "model_error", "embedding_error", "recall")}
 
 
 # -- the scripted model ------------------------------------------------------------------------
@@ -303,13 +306,35 @@ class Harness:
         self.embedder = embedder
         self.model = model
         self.services: list[Any] = []
-        self.session_services: list[InMemorySessionService] = []
         self.tokens: list[str] = []
+        # kagent's own session and task routes, in kagent's core tables (a schema per driver)
+        self.core = KagentCoreRoutes(os.environ["KGM_TEST_ADMIN_DSN"], f"kagent_core_{RUNTIME}")
+        # A stalled governed listener: calls are counted, then answered never (until the
+        # client gives up after STALL_SECONDS with a read timeout, as httpx would).
+        self.stall = False
+        self.stalled: collections.Counter[str] = collections.Counter()
 
     async def build(self, embedding_url: str) -> None:
         controller_app = getattr(self.controller, "app", None)
         real_httpx = httpx
         harness = self
+
+        class Routing(httpx.AsyncBaseTransport):
+            """kagent's session/task routes to the core stand-in; the rest to the controller."""
+
+            def __init__(self, controller: httpx.AsyncBaseTransport) -> None:
+                self.controller = controller
+                self.core = real_httpx.ASGITransport(app=harness.core.app)
+
+            async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+                path = request.url.path
+                if path.startswith(("/api/sessions", "/api/tasks")):
+                    return await self.core.handle_async_request(request)
+                if harness.stall and "/api/memories/governed/" in path:
+                    harness.stalled[path.rsplit("/", 1)[-1]] += 1
+                    await asyncio.sleep(STALL_SECONDS)
+                    raise httpx.ReadTimeout("stalled", request=request)
+                return await self.controller.handle_async_request(request)
 
         class _HttpxShim:  # kagent's controller client, routed in-process to the test controller
             def __getattr__(self, name):
@@ -319,10 +344,10 @@ class Harness:
             def AsyncClient(**kwargs):
                 if isinstance(harness.controller, CompiledController):
                     kwargs["base_url"] = harness.controller.url
-                    return real_httpx.AsyncClient(transport=harness.controller.transport(),
-                                                  **kwargs)
-                return real_httpx.AsyncClient(transport=real_httpx.ASGITransport(app=controller_app),
-                                              **kwargs)
+                    return real_httpx.AsyncClient(
+                        transport=Routing(harness.controller.transport()), **kwargs)
+                return real_httpx.AsyncClient(
+                    transport=Routing(real_httpx.ASGITransport(app=controller_app)), **kwargs)
 
         def recording(real_service):
             def memory_service(**kwargs):
@@ -342,19 +367,12 @@ class Harness:
             f.write(POD_TOKEN + "\n")
         kagent_token.KAGENT_TOKEN_PATH = token_file
 
-        def session_service(_client):
-            service = InMemorySessionService()
-            harness.session_services.append(service)
-            return service
-
         kagent_a2a.httpx = _HttpxShim()
         try:  # the governed memory service's own client (KAGENT_MEMORY_URL)
             import kagent.adk._governed_memory_service as governed_module
             governed_module.httpx = _HttpxShim()
         except ImportError:  # the unpatched runtime
             pass
-        kagent_a2a.KAgentSessionService = session_service
-        kagent_a2a.KAgentTaskStore = lambda _client: InMemoryTaskStore()
 
         config = AgentConfig.model_validate({
             "model": {"type": "openai", "model": "gpt-4o-mini"},
@@ -529,6 +547,7 @@ async def run_patched(h: Harness, store: GovernedMemoryStore, admin_dsn: str) ->
     saved = [await h.turn("main", "SAVE I like green tea", key=key),
              await h.turn("main", "SAVE My cat is called Miso", key=key)]
     loaded = await h.turn("main", "LOAD green tea", key=key)
+    loaded_request = h.model._instructions[-1] if h.model._instructions else ""
     secret_load = await h.turn("main", "LOAD-SECRET", key=key)
     generation = await store.generation(key)
     expired_marker, live_marker = f"EXPIRED-{secrets.token_hex(4)}", f"LIVE-{secrets.token_hex(4)}"
@@ -539,6 +558,7 @@ async def run_patched(h: Harness, store: GovernedMemoryStore, admin_dsn: str) ->
                               (f"{live_marker} I like durian sorbet", "now() + interval '1 day'")):
             _plant(conn, sid, generation, text, expires)
     durian = await h.turn("main", "LOAD durian", key=key)
+    durian_request = h.model._instructions[-1] if h.model._instructions else ""
     calls_before_prefetch = h.embedder.calls
     searches_before_prefetch = h.controller.calls["search"]
     many = " ".join(f"Sentence number {i} asks what I like about durian desserts." for i in range(12))
@@ -547,8 +567,11 @@ async def run_patched(h: Harness, store: GovernedMemoryStore, admin_dsn: str) ->
     report["consented"] = {
         "saved": saved,
         "loaded": loaded,
+        # the model request after load_memory answered (where governed recall is injected)
+        "loaded_request": loaded_request,
         "secret_load": secret_load,
         "durian": durian,
+        "durian_request": durian_request,
         "expired_marker": expired_marker,
         "live_marker": live_marker,
         "prefetch_instruction_has_live": live_marker in prefetch_instruction,
@@ -570,6 +593,7 @@ async def run_patched(h: Harness, store: GovernedMemoryStore, admin_dsn: str) ->
     finally:
         reset_memory_scope(scope_token)
     after_forget = await h.turn("main", "LOAD green tea", key=key)
+    after_forget_request = h.model._instructions[-1] if h.model._instructions else ""
     report["forget"] = {
         "tea_id": tea_id,
         "cat_id": cat_id,
@@ -578,6 +602,7 @@ async def run_patched(h: Harness, store: GovernedMemoryStore, admin_dsn: str) ->
         "cat_rows": _scalar(admin_dsn, "SELECT count(*) FROM memory_entry WHERE id::text = %s",
                             [cat_id]),
         "load_after": after_forget,
+        "load_after_request": after_forget_request,
         "forget_calls": h.controller.calls["forget"],
     }
 
@@ -674,15 +699,64 @@ async def run_patched(h: Harness, store: GovernedMemoryStore, admin_dsn: str) ->
     refused = getattr(h.controller, "refused_auth", None)  # the stand-in's own count
     report["refused_auth"] = dict(refused) if refused is not None else None
 
-    # 8. Where the assertion went: only to the controller, never into state or logs.
-    stored_headers = [json.dumps(s.state.get("headers") or {})
-                      for svc in h.session_services
-                      for sessions in svc.sessions.values()
-                      for by_user in sessions.values()
-                      for s in by_user.values()]
+    # 9. Inject, don't persist: a fact (planted in the scoped store, as an earlier
+    #    conversation would have saved it) recalled by load_memory reaches the model's request,
+    #    and nothing of it reaches what kagent persists (events, tasks).
+    if isinstance(h.controller, CompiledController):  # section 6's budgets no longer apply
+        h.controller.reset_budgets = True
+    else:
+        h.controller.admission = Admission(store, LOOSE)
+    key_r = make_key(room="!control-recall:example.org")
+    await store.grant(key_r, purpose="personal_preferences")
+    recall_fact = f"{SENTINELS['recall']} is the codename of my project"
+    await store.save(key_r, await store.generation(key_r), facts=[recall_fact],
+                     embeddings=[HashingEmbedder().embed_one(recall_fact)])
+    await h.turn("recall", "hello there", key=key_r)
+    instructions_before = len(h.model._instructions)
+    recall_reply = await h.turn("recall", "LOAD codename of my project", key=key_r)
+    recall_instructions = h.model._instructions[instructions_before:]
+    report["recall"] = {
+        "reply": recall_reply,
+        "model_requests": len(recall_instructions),
+        # the request after load_memory answered: the model saw the fact there
+        "fact_in_model_request": bool(recall_instructions)
+        and SENTINELS["recall"] in recall_instructions[-1],
+        "fact_in_first_request": bool(recall_instructions)
+        and SENTINELS["recall"] in recall_instructions[0],
+        "fact_in_reply": SENTINELS["recall"] in recall_reply,
+        "persisted": h.core.tables_containing([SENTINELS["recall"]]),
+        "persisted_rows": h.core.row_counts(),
+        "in_scoped_store": _scalar(admin_dsn, "SELECT count(*) FROM memory_entry WHERE content = %s",
+                                   [recall_fact]),
+    }
+
+    # 10. A stalled controller: one /generation for the turn, whatever the turn does (prefetch,
+    #     save_memory, auto-save), and the turn answers without memory past the deadline.
+    deadline_was = getattr(h.service, "memory_deadline", None)
+    h.service.memory_deadline = 0.5  # injected: a short deadline, the stall is 3 s per call
+    h.stall = True
+    lines_before = len(CAPTURE.lines)
+    try:
+        stalled_reply = await h.turn("stalled", "SAVE I like stalled tea", key=key)
+    finally:
+        h.stall = False
+        if deadline_was is None:
+            del h.service.memory_deadline
+        else:
+            h.service.memory_deadline = deadline_was
+    report["stalled"] = {
+        "reply": stalled_reply,
+        "calls": dict(h.stalled),
+        "deadline_logged": any("reason=memory_deadline_exceeded" in line
+                               for _, _, line in CAPTURE.lines[lines_before:]),
+    }
+
+    # 8. Where the assertion went: only to the controller, never into what kagent persists
+    #    (session events, their state deltas, tasks) or logs.
+    persisted_with_token = h.core.tables_containing([*h.tokens, "x-kagent-memory-scope"])
     report["assertion"] = {
-        "in_session_state": any(t in blob for t in h.tokens for blob in stored_headers)
-        or any("x-kagent-memory-scope" in blob for blob in stored_headers),
+        "in_session_state": any(persisted_with_token.values()),
+        "persisted_rows": h.core.row_counts(),
         "unverified_controller_calls": h.controller.unverified_calls,
     }
     report["background_tasks_tracked"] = hasattr(h.service, "_background_tasks")
@@ -690,6 +764,10 @@ async def run_patched(h: Harness, store: GovernedMemoryStore, admin_dsn: str) ->
     token_forms = {f"token{i}": t for i, t in enumerate(h.tokens[:3])}
     report["leaks"] = leaks(token_forms)
     return report
+
+
+LOOSE = MemoryPolicy(version="test-loose", explicit_burst=1000, explicit_ops_per_minute=6000,
+                     scope_ops_per_hour=100000)
 
 
 def _scalar(dsn: str, query: str, params: list | None = None):
@@ -718,8 +796,7 @@ async def main() -> dict[str, Any]:
         store = await GovernedMemoryStore.open(os.environ["KGM_TEST_DSN"], local_server=LOCAL,
                                                sweep_every=None)
     # Generous budgets for the scenario; section 6 swaps in a tight one.
-    loose = MemoryPolicy(version="test-loose", explicit_burst=1000, explicit_ops_per_minute=6000,
-                         scope_ops_per_hour=100000)
+    loose = LOOSE
     if CONTROLLER_URL and PATCHED:
         controller: Any = CompiledController(CONTROLLER_URL, os.environ["KGM_TEST_ADMIN_DSN"])
     else:
