@@ -88,20 +88,36 @@ def runtime_database(postgresql_proc):
 
 
 @pytest.fixture(scope="module")
-def reports(kagent_runtime, runtime_database) -> dict[str, dict]:
-    """Run the driver against the patched copy (a governed agent), the unpatched copy, and the
-patched copy with a legacy agent (memory without a mode), concurrently."""
+def dimension_database(postgresql_proc):
+    """A database of its own for the ``dim1024`` driver (its consents are recorded at 1024)."""
+    name = f"d_{uuid.uuid4().hex[:16]}"
+    base = make_conninfo(host=postgresql_proc.host, port=postgresql_proc.port,
+                         user=postgresql_proc.user, dbname="postgres")
+    prepare_app_database(base, name, template=postgresql_proc.template_dbname)
+    yield {"dsn": make_conninfo(base, user=APP_ROLE, dbname=name),
+           "owner_dsn": make_conninfo(base, user=OWNER_ROLE, dbname=name),
+           "admin_dsn": make_conninfo(base, dbname=name)}
+    with psycopg.connect(base, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="module")
+def reports(kagent_runtime, runtime_database, dimension_database) -> dict[str, dict]:
+    """Run the driver against the patched copy (a governed agent), the unpatched copy, the
+patched copy with a legacy agent (memory without a mode), and the patched copy with
+``embedding_dimension: 1024`` (on its own database), concurrently."""
     runs = {}
-    for which in ("patched", "unpatched", "legacy"):
+    for which in ("patched", "unpatched", "legacy", "dim1024"):
         env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
         log = kagent_runtime["logs"] / f"{which}.log"
         package = kagent_runtime["unpatched" if which == "unpatched" else "patched"]
+        db = dimension_database if which == "dim1024" else runtime_database
         env.update({
             "PYTHONPATH": os.pathsep.join([str(package), str(REPO), str(HERE)]),
             "PYTHONDONTWRITEBYTECODE": "1",
-            "KGM_TEST_DSN": runtime_database["dsn"],
-            "KGM_TEST_ADMIN_DSN": runtime_database["admin_dsn"],
-            "KGM_TEST_OWNER_DSN": runtime_database["owner_dsn"],
+            "KGM_TEST_DSN": db["dsn"],
+            "KGM_TEST_ADMIN_DSN": db["admin_dsn"],
+            "KGM_TEST_OWNER_DSN": db["owner_dsn"],
             "KGM_TEST_LOG_FILE": str(log),
         })
         # Files, not pipes: a full pipe would stall one process while we wait for the other.
@@ -143,6 +159,7 @@ patched copy with a legacy agent (memory without a mode), concurrently."""
     assert out["patched"]["memory_service_file"].startswith(str(kagent_runtime["patched"]))
     assert out["unpatched"]["memory_service_file"].startswith(str(kagent_runtime["unpatched"]))
     assert out["legacy"]["memory_service_file"].startswith(str(kagent_runtime["patched"]))
+    assert out["dim1024"]["memory_service_file"].startswith(str(kagent_runtime["patched"]))
     return out
 
 
@@ -365,6 +382,25 @@ def test_patched_stalled_controller_one_generation_per_turn(patched):
     assert s["calls"] == {"generation": 1}
     assert _reason(s["reply"]) == "memory_deadline_exceeded"
     assert s["deadline_logged"] is True
+
+
+def test_patched_embedding_dimension_follows_the_consent(reports):
+    """Issue 23 item 5 (runtime), on the stand-in controller (the compiled controller of this
+    series records consents at 768): ``memory.embedding_dimension: 1024`` -- the provider is
+    asked for 1024, a 1024-d fact is saved under a consent recorded at 1024 and recalled into
+    the model's request; a provider answering 768 is refused (``embedding_dimension_mismatch``),
+    never fitted, and nothing is stored or recalled for that request."""
+    d = reports["dim1024"]["dimension"]
+    assert "Successfully saved" in d["saved"]
+    assert d["fact_in_model_request"] is True and '\\"count\\": 1' in d["loaded"]
+    assert d["stored_dims"] == [1024] and d["consented_dims"] == [1024]
+    assert d["requested"] == [1024]
+    assert _reason(d["mismatch"]["save"]) == "embedding_dimension_mismatch"
+    assert _no_memories(d["mismatch"]["load"])
+    assert d["mismatch"]["rows"] == 0
+    offending = {name: sorted(set(where) - THIRD_PARTY_DEBUG_DUMPS)
+                 for name, where in reports["dim1024"]["leaks"].items()}
+    assert all(not where for where in offending.values()), offending
 
 
 # -- the unpatched runtime fails them ------------------------------------------------------------

@@ -135,12 +135,16 @@ CONTROLLER_URL = os.environ.get("KGM_TEST_CONTROLLER_URL") or None
 PUBLIC_KEYS = {key_id(BRIDGE_KEY): BRIDGE_KEY.public_key()}
 os.environ["KAGENT_MEMORY_SCOPE_PUBLIC_KEYS"] = public_key_pem(BRIDGE_KEY).decode("ascii")
 
-PATCHED = RUNTIME == "patched"  # governed memory
+# dim1024: the patched package, governed, with memory.embedding_dimension 1024 (a consent
+# recorded at 1024 by the stand-in controller's store), on a database of its own.
+PATCHED = RUNTIME in ("patched", "dim1024")  # governed memory
+DIMENSION = 1024 if RUNTIME == "dim1024" else None
 # The pod's projected ServiceAccount token (audience "kagent"), which kagent's
 # KAgentTokenService reads from /var/run/secrets/tokens/kagent-token; the stand-in controller's
 # fake TokenReview knows it as kagent/my-agent.
 POD_TOKEN = "kgm-test-sa:kagent:my-agent"  # the compiled overlay's fake TokenReview format
 SUMMARY_MARKER = "Summary (JSON List):"
+DRIVER_MEMORY_DEADLINE = 60.0  # the memory deadline the scenarios run under (see build())
 STALL_SECONDS = 3.0  # a stalled call's wait before the client's read timeout
 SENTINELS = {name: f"{name.upper()}-{secrets.token_hex(8)}" for name in
              ("query", "summary", "model_error", "embedding_error", "recall")}
@@ -210,7 +214,8 @@ class EmbeddingServer:
         self.calls = 0
         self.items: list[int] = []
         self.fail_with: str | None = None
-        self._hashing = HashingEmbedder()
+        self.requested_dimensions: list[Any] = []  # the "dimensions" of each request
+        self.force_dimension: int | None = None  # a provider answering another dimension
         self.app = Starlette(routes=[Route("/v1/embeddings", self._embed, methods=["POST"])])
 
     async def _embed(self, request: Request) -> JSONResponse:
@@ -219,12 +224,14 @@ class EmbeddingServer:
         texts = [texts] if isinstance(texts, str) else texts
         self.calls += 1
         self.items.append(len(texts))
+        self.requested_dimensions.append(body.get("dimensions"))
+        hashing = HashingEmbedder(self.force_dimension or body.get("dimensions") or 768)
         if self.fail_with is not None:  # a provider error whose body echoes something secret
             return JSONResponse({"error": {"message": f"bad input near {self.fail_with}",
                                            "type": "invalid_request_error"}}, status_code=400)
         data = []
         for i, text in enumerate(texts):
-            vec = self._hashing.embed_one(text)
+            vec = hashing.embed_one(text)
             if body.get("encoding_format") == "base64":
                 emb: Any = base64.b64encode(struct.pack(f"<{len(vec)}f", *vec)).decode()
             else:
@@ -352,6 +359,10 @@ class Harness:
         def recording(real_service):
             def memory_service(**kwargs):
                 service = real_service(**kwargs)
+                if hasattr(service, "memory_deadline"):
+                    # five drivers share two cores here: a cold first turn may take longer
+                    # than the production deadline; section 10 injects a short one
+                    service.memory_deadline = DRIVER_MEMORY_DEADLINE
                 harness.services.append(service)
                 return service
             return memory_service
@@ -379,6 +390,7 @@ class Harness:
             "description": "test agent",
             "instruction": "You are a test agent.",
             "memory": {**({"mode": "governed"} if PATCHED else {}),
+                       **({"embedding_dimension": DIMENSION} if DIMENSION else {}),
                        "embedding": {"provider": "openai", "model": "text-embedding-3-small",
                                      "base_url": embedding_url}},
         })
@@ -789,12 +801,40 @@ def _plant(conn, sid: str, generation: int, text: str, expires_sql: str) -> None
     conn.execute("SET session_replication_role = origin")
 
 
+async def run_dimension(h: Harness, store: GovernedMemoryStore, admin_dsn: str
+                        ) -> dict[str, Any]:
+    """memory.embedding_dimension 1024, a consent recorded at 1024: saved and recalled end to
+    end with 1024-d vectors; a provider answering 768-d vectors is refused, never fitted."""
+    key = make_key()
+    await store.grant(key, purpose="personal_preferences")
+    saved = await h.turn("dim", "SAVE I like white tea", key=key)
+    loaded = await h.turn("dim", "LOAD white tea", key=key)
+    loaded_request = h.model._instructions[-1] if h.model._instructions else ""
+    dims = _scalar(admin_dsn, "SELECT array_agg(DISTINCT vector_dims(embedding)) FROM memory_entry")
+    consented = _scalar(admin_dsn, "SELECT array_agg(DISTINCT embedding_dimension) FROM memory_scope")
+    h.embedder.force_dimension = 768
+    rows_before = _scalar(admin_dsn, "SELECT count(*) FROM memory_entry")
+    mismatch = {"save": await h.turn("dim2", "SAVE I like black tea", key=key),
+                "load": await h.turn("dim2", "LOAD white tea", key=key)}
+    mismatch["rows"] = _scalar(admin_dsn, "SELECT count(*) FROM memory_entry") - rows_before
+    h.embedder.force_dimension = None
+    return {"dimension": {"saved": saved, "loaded": loaded,
+                          "fact_in_model_request": "I like white tea" in loaded_request,
+                          "stored_dims": dims, "consented_dims": consented,
+                          "requested": sorted(set(h.embedder.requested_dimensions) - {None}),
+                          "mismatch": mismatch},
+            "leaks": leaks({})}
+
+
 async def main() -> dict[str, Any]:
     store = None
     if PATCHED:
+        from kagent_governed_memory.policy import PROTOTYPE_POLICY
         await migrate(os.environ["KGM_TEST_OWNER_DSN"], local_server=LOCAL)
+        policy = (PROTOTYPE_POLICY.model_copy(update={"embedding_dimension": DIMENSION})
+                  if DIMENSION else PROTOTYPE_POLICY)
         store = await GovernedMemoryStore.open(os.environ["KGM_TEST_DSN"], local_server=LOCAL,
-                                               sweep_every=None)
+                                               policy=policy, sweep_every=None)
     # Generous budgets for the scenario; section 6 swaps in a tight one.
     loose = LOOSE
     if CONTROLLER_URL and PATCHED:
@@ -806,7 +846,9 @@ async def main() -> dict[str, Any]:
     harness = Harness(controller, embedder, ScriptedLlm())
     try:
         await harness.build(url)
-        if PATCHED:
+        if DIMENSION:
+            report = await run_dimension(harness, store, os.environ["KGM_TEST_ADMIN_DSN"])
+        elif PATCHED:
             report = await run_patched(harness, store, os.environ["KGM_TEST_ADMIN_DSN"])
         else:
             report = await run_unpatched(harness)
