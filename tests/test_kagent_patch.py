@@ -88,30 +88,36 @@ def runtime_database(postgresql_proc):
 
 
 @pytest.fixture(scope="module")
-def dimension_database(postgresql_proc):
-    """A database of its own for the ``dim1024`` driver (its consents are recorded at 1024)."""
-    name = f"d_{uuid.uuid4().hex[:16]}"
+def own_databases(postgresql_proc):
+    """A database of its own for the ``dim1024`` driver (its consents are recorded at 1024) and
+    for the ``otel`` driver (the OpenTelemetry SDK on)."""
     base = make_conninfo(host=postgresql_proc.host, port=postgresql_proc.port,
                          user=postgresql_proc.user, dbname="postgres")
-    prepare_app_database(base, name, template=postgresql_proc.template_dbname)
-    yield {"dsn": make_conninfo(base, user=APP_ROLE, dbname=name),
-           "owner_dsn": make_conninfo(base, user=OWNER_ROLE, dbname=name),
-           "admin_dsn": make_conninfo(base, dbname=name)}
+    out = {}
+    for which in ("dim1024", "otel"):
+        name = f"d_{uuid.uuid4().hex[:16]}"
+        prepare_app_database(base, name, template=postgresql_proc.template_dbname)
+        out[which] = {"name": name, "dsn": make_conninfo(base, user=APP_ROLE, dbname=name),
+                      "owner_dsn": make_conninfo(base, user=OWNER_ROLE, dbname=name),
+                      "admin_dsn": make_conninfo(base, dbname=name)}
+    yield out
     with psycopg.connect(base, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        for db in out.values():
+            conn.execute(f'DROP DATABASE IF EXISTS "{db["name"]}" WITH (FORCE)')
 
 
 @pytest.fixture(scope="module")
-def reports(kagent_runtime, runtime_database, dimension_database) -> dict[str, dict]:
+def reports(kagent_runtime, runtime_database, own_databases) -> dict[str, dict]:
     """Run the driver against the patched copy (a governed agent), the unpatched copy, the
 patched copy with a legacy agent (memory without a mode), and the patched copy with
-``embedding_dimension: 1024`` (on its own database), concurrently."""
+``embedding_dimension: 1024`` and with the OpenTelemetry SDK on (each on its own database),
+concurrently."""
     runs = {}
-    for which in ("patched", "unpatched", "legacy", "dim1024"):
+    for which in ("patched", "unpatched", "legacy", "dim1024", "otel"):
         env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
         log = kagent_runtime["logs"] / f"{which}.log"
         package = kagent_runtime["unpatched" if which == "unpatched" else "patched"]
-        db = dimension_database if which == "dim1024" else runtime_database
+        db = own_databases.get(which, runtime_database)
         env.update({
             "PYTHONPATH": os.pathsep.join([str(package), str(REPO), str(HERE)]),
             "PYTHONDONTWRITEBYTECODE": "1",
@@ -160,6 +166,7 @@ patched copy with a legacy agent (memory without a mode), and the patched copy w
     assert out["unpatched"]["memory_service_file"].startswith(str(kagent_runtime["unpatched"]))
     assert out["legacy"]["memory_service_file"].startswith(str(kagent_runtime["patched"]))
     assert out["dim1024"]["memory_service_file"].startswith(str(kagent_runtime["patched"]))
+    assert out["otel"]["memory_service_file"].startswith(str(kagent_runtime["patched"]))
     return out
 
 
@@ -403,6 +410,44 @@ def test_patched_embedding_dimension_follows_the_consent(reports):
     assert all(not where for where in offending.values()), offending
 
 
+def test_patched_no_memory_content_in_spans_or_log_records(reports):
+    """Issue 23 item 2: with the OpenTelemetry SDK on as kagent-core's configure_tracing sets
+    it up (tracing, GenAI log events from the OpenAI instrumentation, httpx instrumented) and a
+    LoggingHandler bridging Python logs, a sentinel fact saved and recalled into the model's
+    request appears in no span attribute, span event or status and in no log record. The
+    governed runtime switched google-adk's and Traceloop's content capture off; an operator
+    switching capture on gets no memory (``span_content_capture``)."""
+    o = reports["otel"]["otel"]
+    assert o["capture_env"]["ADK_CAPTURE_MESSAGE_CONTENT_IN_SPANS"] == "false"
+    assert o["capture_env"]["TRACELOOP_TRACE_CONTENT"] == "false"
+    assert "Successfully saved" in o["saved"] and o["in_scoped_store"] == 1
+    assert o["recalled_into_request"] is True and '\\"count\\": 1' in o["loaded"]
+    assert o["spans"] > 20 and {"call_llm", "execute_tool load_memory"} <= set(o["span_names"]), o
+    assert o["log_records"] > 100  # the Python log bridge at DEBUG
+    assert o["span_hits"] == [] and o["log_hits"] == [], (o["span_hits"], o["log_hits"])
+    assert _reason(o["capture_on"]["save"]) == "span_content_capture"
+    assert _no_memories(o["capture_on"]["load"])
+
+
+def test_patched_meters_memory_work_with_bounded_labels(reports):
+    """Issue 23 item 4 (runtime): aggregate OpenTelemetry counters (kagent.memory.*, a meter of
+    their own, apart from the chat's token metrics) for embedding, save and retrieval and their
+    outcomes; labels only from closed sets, no identifier or content."""
+    o = reports["otel"]["otel"]
+    points = o["metric_points"]
+    assert points and all(p["scope"] == "kagent.adk.governed_memory" for p in points)
+    assert o["metric_labels_have_content"] is False
+    ops = {(p["attributes"]["operation"], p["attributes"]["outcome"]): p["value"]
+           for p in points if p["name"] == "kagent.memory.operations"}
+    assert ops[("save", "ok")] == 1 and ops[("retrieval", "ok")] >= 2  # prefetch + load_memory
+    assert ops[("embedding", "ok")] >= 3
+    assert ops[("save", "span_content_capture")] == 1
+    assert ops[("retrieval", "span_content_capture")] >= 1  # the prefetch and load_memory
+    for p in points:
+        assert set(p["attributes"]) <= {"operation", "outcome"}
+        assert all(len(v) <= 64 and v.replace("_", "").isalnum() for v in p["attributes"].values())
+
+
 # -- the unpatched runtime fails them ------------------------------------------------------------
 
 def test_unpatched_runtime_fails_the_gates(reports):
@@ -424,8 +469,8 @@ def test_series_unit_tests_pass_against_the_installed_runtime(reports):
     the kagent venv's pytest against the patched copy."""
     unit = reports["unit_tests"]
     assert unit["files"] == ["test_embedding_logs.py", "test_governed_memory_autosave.py",
-                             "test_governed_memory_service.py", "test_governed_memory_tools.py",
-                             "test_memory_scope.py"]
+                             "test_governed_memory_service.py", "test_governed_memory_telemetry.py",
+                             "test_governed_memory_tools.py", "test_memory_scope.py"]
     assert unit["returncode"] == 0, unit["output"][-6000:]
     assert " passed" in unit["output"] and "failed" not in unit["output"]
 

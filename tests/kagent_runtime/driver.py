@@ -61,8 +61,9 @@ os.environ.update({
     "KAGENT_MEMORY_SCOPE_ISSUER": ISSUER,
     "KAGENT_MEMORY_LOCAL_SERVER": LOCAL,
     "OPENAI_API_KEY": "sk-test-not-a-key",
-    "OTEL_SDK_DISABLED": "true",
 })
+if RUNTIME != "otel":
+    os.environ["OTEL_SDK_DISABLED"] = "true"
 
 
 class _Capture(logging.Handler):
@@ -84,6 +85,39 @@ class _Capture(logging.Handler):
 CAPTURE = _Capture()
 logging.root.handlers[:] = [CAPTURE]
 logging.root.setLevel(logging.DEBUG)
+
+OTEL: dict[str, Any] = {}
+if RUNTIME == "otel":
+    # The OpenTelemetry SDK as kagent-core's configure_tracing sets it up with tracing and
+    # logging enabled (a TracerProvider, a LoggerProvider, the OpenAI instrumentation emitting
+    # GenAI events through it, httpx instrumented), exporting to in-memory exporters instead of
+    # OTLP; plus a LoggingHandler, so Python log records become OpenTelemetry ones too, and a
+    # MeterProvider with an InMemoryMetricReader.
+    from opentelemetry import _logs, metrics, trace
+    from opentelemetry.instrumentation.httpx import HTTPXClientInstrumentor
+    from opentelemetry.instrumentation.openai import OpenAIInstrumentor
+    from opentelemetry.sdk._events import EventLoggerProvider
+    from opentelemetry.sdk._logs import LoggerProvider, LoggingHandler
+    from opentelemetry.sdk._logs.export import InMemoryLogExporter, SimpleLogRecordProcessor
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    OTEL["spans"], OTEL["logs"] = InMemorySpanExporter(), InMemoryLogExporter()
+    OTEL["metrics"] = InMemoryMetricReader()
+    _tracer_provider = TracerProvider()
+    _tracer_provider.add_span_processor(SimpleSpanProcessor(OTEL["spans"]))
+    trace.set_tracer_provider(_tracer_provider)
+    _logger_provider = LoggerProvider()
+    _logger_provider.add_log_record_processor(SimpleLogRecordProcessor(OTEL["logs"]))
+    _logs.set_logger_provider(_logger_provider)
+    metrics.set_meter_provider(MeterProvider(metric_readers=[OTEL["metrics"]]))
+    OpenAIInstrumentor(use_legacy_attributes=False).instrument(
+        event_logger_provider=EventLoggerProvider(_logger_provider))
+    HTTPXClientInstrumentor().instrument()
+    logging.root.addHandler(LoggingHandler(level=logging.DEBUG, logger_provider=_logger_provider))
 
 # Imports after logging is set up: kagent.core configures logging at import (LOG_LEVEL=DEBUG).
 import httpx
@@ -137,7 +171,8 @@ os.environ["KAGENT_MEMORY_SCOPE_PUBLIC_KEYS"] = public_key_pem(BRIDGE_KEY).decod
 
 # dim1024: the patched package, governed, with memory.embedding_dimension 1024 (a consent
 # recorded at 1024 by the stand-in controller's store), on a database of its own.
-PATCHED = RUNTIME in ("patched", "dim1024")  # governed memory
+# otel: the patched package, governed, with the OpenTelemetry SDK on (in-memory exporters).
+PATCHED = RUNTIME in ("patched", "dim1024", "otel")  # governed memory
 DIMENSION = 1024 if RUNTIME == "dim1024" else None
 # The pod's projected ServiceAccount token (audience "kagent"), which kagent's
 # KAgentTokenService reads from /var/run/secrets/tokens/kagent-token; the stand-in controller's
@@ -826,6 +861,80 @@ async def run_dimension(h: Harness, store: GovernedMemoryStore, admin_dsn: str
             "leaks": leaks({})}
 
 
+async def run_otel(h: Harness, store: GovernedMemoryStore, admin_dsn: str) -> dict[str, Any]:
+    """A sentinel fact saved and recalled with tracing and OpenTelemetry logging on: it must
+    appear in no span (attributes, events, status) and no log record (body, attributes); the
+    metrics count the work with bounded labels; content capture switched on by the operator
+    means no memory."""
+    key = make_key()
+    await store.grant(key, purpose="personal_preferences")
+    fact = f"{SENTINELS['recall']} is my locker code"
+    capture_env = {name: os.environ.get(name) for name in
+                   ("ADK_CAPTURE_MESSAGE_CONTENT_IN_SPANS", "TRACELOOP_TRACE_CONTENT",
+                    "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT")}
+    saved = await h.turn("otel-save", f"SAVE {fact}", key=key)
+    await h.turn("otel-recall", "hello there", key=key)
+    loaded = await h.turn("otel-recall", "LOAD what is my locker code", key=key)
+    recalled_into_request = bool(h.model._instructions) and SENTINELS["recall"] in h.model._instructions[-1]
+    # An operator switching google-adk's span content capture on: no memory.
+    previous = os.environ.get("ADK_CAPTURE_MESSAGE_CONTENT_IN_SPANS")
+    os.environ["ADK_CAPTURE_MESSAGE_CONTENT_IN_SPANS"] = "true"
+    try:
+        capture_on = {"save": await h.turn("otel-on", "SAVE I like capture tea", key=key),
+                      "load": await h.turn("otel-on", "LOAD locker code", key=key)}
+    finally:
+        if previous is None:
+            os.environ.pop("ADK_CAPTURE_MESSAGE_CONTENT_IN_SPANS", None)
+        else:
+            os.environ["ADK_CAPTURE_MESSAGE_CONTENT_IN_SPANS"] = previous
+    from opentelemetry import _logs, trace
+
+    trace.get_tracer_provider().force_flush()
+    _logs.get_logger_provider().force_flush()
+    needles = _forms(SENTINELS["recall"])
+    spans = OTEL["spans"].get_finished_spans()
+    span_hits = []
+    for span in spans:
+        texts = {f"attr:{k}": str(v) for k, v in (span.attributes or {}).items()}
+        for event in span.events or ():
+            texts.update({f"event:{event.name}:{k}": str(v)
+                          for k, v in (event.attributes or {}).items()})
+        texts["status"] = str(span.status.description or "")
+        span_hits += [f"{span.name}/{where}" for where, text in texts.items()
+                      if any(n in text for n in needles)]
+    records = [d.log_record for d in OTEL["logs"].get_finished_logs()]
+    log_hits = [f"{getattr(r, 'event_name', None) or '-'}" for r in records
+                if any(n in str(r.body) + json.dumps(dict(r.attributes or {}), default=str)
+                       for n in needles)]
+    points = []
+    for rm in OTEL["metrics"].get_metrics_data().resource_metrics:
+        for sm in rm.scope_metrics:
+            for metric in sm.metrics:
+                if metric.name.startswith("kagent.memory."):
+                    points += [{"scope": sm.scope.name, "name": metric.name,
+                                "attributes": dict(p.attributes), "value": p.value}
+                               for p in metric.data.data_points]
+    return {"otel": {
+        "capture_env": capture_env,  # as the runtime left it (the driver sets none of them)
+        "saved": saved, "loaded": loaded, "recalled_into_request": recalled_into_request,
+        "in_scoped_store": _scalar(admin_dsn, "SELECT count(*) FROM memory_entry WHERE content = %s",
+                                   [fact]),
+        "capture_on": capture_on,
+        "spans": len(spans), "span_names": sorted({s.name for s in spans}),
+        "span_hits": span_hits,
+        "log_records": len(records), "gen_ai_events": sum(
+            1 for r in records if str(getattr(r, "event_name", "") or "").startswith("gen_ai.")),
+        "log_hits": log_hits,
+        "metric_points": points,
+        "metric_labels_have_content": any(n in json.dumps(points) for n in needles)
+        or any(t in json.dumps(points) for t in h.tokens),
+    }, "leaks": leaks({})}
+
+
+def _forms(value: str) -> set[str]:
+    return {value, base64.b64encode(value.encode()).decode().rstrip("="), value.encode().hex()}
+
+
 async def main() -> dict[str, Any]:
     store = None
     if PATCHED:
@@ -848,6 +957,8 @@ async def main() -> dict[str, Any]:
         await harness.build(url)
         if DIMENSION:
             report = await run_dimension(harness, store, os.environ["KGM_TEST_ADMIN_DSN"])
+        elif RUNTIME == "otel":
+            report = await run_otel(harness, store, os.environ["KGM_TEST_ADMIN_DSN"])
         elif PATCHED:
             report = await run_patched(harness, store, os.environ["KGM_TEST_ADMIN_DSN"])
         else:
