@@ -118,6 +118,10 @@ concurrently."""
         log = kagent_runtime["logs"] / f"{which}.log"
         package = kagent_runtime["unpatched" if which == "unpatched" else "patched"]
         db = own_databases.get(which, runtime_database)
+        if which == "otel":  # what the runtime itself sets (conftest switches ADK's off)
+            for name in ("ADK_CAPTURE_MESSAGE_CONTENT_IN_SPANS", "TRACELOOP_TRACE_CONTENT",
+                         "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"):
+                env.pop(name, None)
         env.update({
             "PYTHONPATH": os.pathsep.join([str(package), str(REPO), str(HERE)]),
             "PYTHONDONTWRITEBYTECODE": "1",
