@@ -88,20 +88,46 @@ def runtime_database(postgresql_proc):
 
 
 @pytest.fixture(scope="module")
-def reports(kagent_runtime, runtime_database) -> dict[str, dict]:
-    """Run the driver against the patched copy (a governed agent), the unpatched copy, and the
-patched copy with a legacy agent (memory without a mode), concurrently."""
+def own_databases(postgresql_proc):
+    """A database of its own for the ``dim1024`` driver (its consents are recorded at 1024) and
+    for the ``otel`` driver (the OpenTelemetry SDK on)."""
+    base = make_conninfo(host=postgresql_proc.host, port=postgresql_proc.port,
+                         user=postgresql_proc.user, dbname="postgres")
+    out = {}
+    for which in ("dim1024", "otel"):
+        name = f"d_{uuid.uuid4().hex[:16]}"
+        prepare_app_database(base, name, template=postgresql_proc.template_dbname)
+        out[which] = {"name": name, "dsn": make_conninfo(base, user=APP_ROLE, dbname=name),
+                      "owner_dsn": make_conninfo(base, user=OWNER_ROLE, dbname=name),
+                      "admin_dsn": make_conninfo(base, dbname=name)}
+    yield out
+    with psycopg.connect(base, autocommit=True) as conn:
+        for db in out.values():
+            conn.execute(f'DROP DATABASE IF EXISTS "{db["name"]}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="module")
+def reports(kagent_runtime, runtime_database, own_databases) -> dict[str, dict]:
+    """Run the driver against the patched copy (a governed agent), the unpatched copy, the
+patched copy with a legacy agent (memory without a mode), and the patched copy with
+``embedding_dimension: 1024`` and with the OpenTelemetry SDK on (each on its own database),
+concurrently."""
     runs = {}
-    for which in ("patched", "unpatched", "legacy"):
+    for which in ("patched", "unpatched", "legacy", "dim1024", "otel"):
         env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
         log = kagent_runtime["logs"] / f"{which}.log"
         package = kagent_runtime["unpatched" if which == "unpatched" else "patched"]
+        db = own_databases.get(which, runtime_database)
+        if which == "otel":  # what the runtime itself sets (conftest switches ADK's off)
+            for name in ("ADK_CAPTURE_MESSAGE_CONTENT_IN_SPANS", "TRACELOOP_TRACE_CONTENT",
+                         "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"):
+                env.pop(name, None)
         env.update({
             "PYTHONPATH": os.pathsep.join([str(package), str(REPO), str(HERE)]),
             "PYTHONDONTWRITEBYTECODE": "1",
-            "KGM_TEST_DSN": runtime_database["dsn"],
-            "KGM_TEST_ADMIN_DSN": runtime_database["admin_dsn"],
-            "KGM_TEST_OWNER_DSN": runtime_database["owner_dsn"],
+            "KGM_TEST_DSN": db["dsn"],
+            "KGM_TEST_ADMIN_DSN": db["admin_dsn"],
+            "KGM_TEST_OWNER_DSN": db["owner_dsn"],
             "KGM_TEST_LOG_FILE": str(log),
         })
         # Files, not pipes: a full pipe would stall one process while we wait for the other.
@@ -143,6 +169,8 @@ patched copy with a legacy agent (memory without a mode), concurrently."""
     assert out["patched"]["memory_service_file"].startswith(str(kagent_runtime["patched"]))
     assert out["unpatched"]["memory_service_file"].startswith(str(kagent_runtime["unpatched"]))
     assert out["legacy"]["memory_service_file"].startswith(str(kagent_runtime["patched"]))
+    assert out["dim1024"]["memory_service_file"].startswith(str(kagent_runtime["patched"]))
+    assert out["otel"]["memory_service_file"].startswith(str(kagent_runtime["patched"]))
     return out
 
 
@@ -223,7 +251,8 @@ def _reason(reply: str) -> str | None:
 
 
 def _no_memories(reply: str) -> bool:
-    return reply == 'tool said {"result": "{}"}'
+    """The governed load_memory's answer when it found nothing: a count and no ids."""
+    return reply == 'tool said {"result": "{\\"count\\": 0, \\"ids\\": []}"}'
 
 
 # -- the patched runtime proves the gates ---------------------------------------------------------
@@ -262,9 +291,13 @@ def test_patched_per_request_disable_gate(patched):
 
 
 def test_patched_consented_save_and_load(patched):
+    """Saved facts are recalled into the model's request; load_memory's own answer (a session
+    event) carries a count and opaque ids only."""
     c = patched["consented"]
     assert all("Successfully saved" in s for s in c["saved"])
-    assert "I like green tea" in c["loaded"] and "My cat is called Miso" in c["loaded"]
+    assert "I like green tea" in c["loaded_request"] and "My cat is called Miso" in c["loaded_request"]
+    assert "green tea" not in c["loaded"] and "Miso" not in c["loaded"]
+    assert '\\"count\\": ' in c["loaded"] and '\\"ids\\": [\\"' in c["loaded"]
 
 
 def test_patched_per_entry_forget(patched):
@@ -272,15 +305,16 @@ def test_patched_per_entry_forget(patched):
     f = patched["forget"]
     assert f["tea_id"] and f["cat_id"] and f["forget_calls"] == 1
     assert f["tea_rows"] == 0 and f["cat_rows"] == 1
-    assert "green tea" not in f["load_after"]
+    assert "green tea" not in f["load_after_request"] and "green tea" not in f["load_after"]
 
 
 def test_patched_read_time_expiry(patched):
     """B2: an expired row (planted through the superuser path) is unreadable by load_memory and
     by the prefetch, while a live row planted the same way is found."""
     c = patched["consented"]
-    assert c["live_marker"] in c["durian"]
-    assert c["expired_marker"] not in c["durian"]
+    assert c["live_marker"] in c["durian_request"]
+    assert c["expired_marker"] not in c["durian_request"]
+    assert c["live_marker"] not in c["durian"]  # recalled into the request, not the answer
     assert c["prefetch_instruction_has_live"] is True
     assert c["prefetch_instruction_has_expired"] is False
 
@@ -335,6 +369,89 @@ def test_patched_no_sentinel_in_logs(patched):
     assert all(not where for where in offending.values()), (offending, r["log_file"])
 
 
+def test_patched_recall_is_injected_never_persisted(patched):
+    """Inject, don't persist (issue 23 item 1): a fact recalled by load_memory reaches the
+    model's next request of that turn -- and no row of kagent's session, event or task tables
+    (written by kagent's own KAgentSessionService and KAgentTaskStore) carries it, so a forget
+    or a withdrawal in the scoped store leaves no copy behind."""
+    r = patched["recall"]
+    assert r["in_scoped_store"] == 1
+    assert r["fact_in_model_request"] is True
+    assert r["fact_in_first_request"] is False  # injected after the recall, for this turn
+    assert r["fact_in_reply"] is False  # (the scripted model does not repeat it)
+    assert '\\"count\\": 1' in r["reply"]
+    assert r["persisted_rows"]["event"] > 0 and r["persisted_rows"]["task"] > 0
+    assert r["persisted"] == {"session": 0, "event": 0, "task": 0}, r
+
+
+def test_patched_stalled_controller_one_generation_per_turn(patched):
+    """A failed redemption is final for its request (issue 23 item 6): against a governed
+    listener that never answers, a turn that prefetches, calls save_memory and runs the
+    auto-save callback makes ONE /generation call; past the (injected, short) deadline it
+    answers without memory and says why, content-free."""
+    s = patched["stalled"]
+    assert s["calls"] == {"generation": 1}
+    assert _reason(s["reply"]) == "memory_deadline_exceeded"
+    assert s["deadline_logged"] is True
+
+
+def test_patched_embedding_dimension_follows_the_consent(reports):
+    """Issue 23 item 5 (runtime), on the stand-in controller (the compiled controller of this
+    series records consents at 768): ``memory.embedding_dimension: 1024`` -- the provider is
+    asked for 1024, a 1024-d fact is saved under a consent recorded at 1024 and recalled into
+    the model's request; a provider answering 768 is refused (``embedding_dimension_mismatch``),
+    never fitted, and nothing is stored or recalled for that request."""
+    d = reports["dim1024"]["dimension"]
+    assert "Successfully saved" in d["saved"]
+    assert d["fact_in_model_request"] is True and '\\"count\\": 1' in d["loaded"]
+    assert d["stored_dims"] == [1024] and d["consented_dims"] == [1024]
+    assert d["requested"] == [1024]
+    assert _reason(d["mismatch"]["save"]) == "embedding_dimension_mismatch"
+    assert _no_memories(d["mismatch"]["load"])
+    assert d["mismatch"]["rows"] == 0
+    offending = {name: sorted(set(where) - THIRD_PARTY_DEBUG_DUMPS)
+                 for name, where in reports["dim1024"]["leaks"].items()}
+    assert all(not where for where in offending.values()), offending
+
+
+def test_patched_no_memory_content_in_spans_or_log_records(reports):
+    """Issue 23 item 2: with the OpenTelemetry SDK on as kagent-core's configure_tracing sets
+    it up (tracing, GenAI log events from the OpenAI instrumentation, httpx instrumented) and a
+    LoggingHandler bridging Python logs, a sentinel fact saved and recalled into the model's
+    request appears in no span attribute, span event or status and in no log record. The
+    governed runtime switched google-adk's and Traceloop's content capture off; an operator
+    switching capture on gets no memory (``span_content_capture``)."""
+    o = reports["otel"]["otel"]
+    assert o["capture_env"]["ADK_CAPTURE_MESSAGE_CONTENT_IN_SPANS"] == "false"
+    assert o["capture_env"]["TRACELOOP_TRACE_CONTENT"] == "false"
+    assert "Successfully saved" in o["saved"] and o["in_scoped_store"] == 1
+    assert o["recalled_into_request"] is True and '\\"count\\": 1' in o["loaded"]
+    assert o["spans"] > 20 and {"call_llm", "execute_tool load_memory"} <= set(o["span_names"]), o
+    assert o["log_records"] > 100  # the Python log bridge at DEBUG
+    assert o["span_hits"] == [] and o["log_hits"] == [], (o["span_hits"], o["log_hits"])
+    assert _reason(o["capture_on"]["save"]) == "span_content_capture"
+    assert _no_memories(o["capture_on"]["load"])
+
+
+def test_patched_meters_memory_work_with_bounded_labels(reports):
+    """Issue 23 item 4 (runtime): aggregate OpenTelemetry counters (kagent.memory.*, a meter of
+    their own, apart from the chat's token metrics) for embedding, save and retrieval and their
+    outcomes; labels only from closed sets, no identifier or content."""
+    o = reports["otel"]["otel"]
+    points = o["metric_points"]
+    assert points and all(p["scope"] == "kagent.adk.governed_memory" for p in points)
+    assert o["metric_labels_have_content"] is False
+    ops = {(p["attributes"]["operation"], p["attributes"]["outcome"]): p["value"]
+           for p in points if p["name"] == "kagent.memory.operations"}
+    assert ops[("save", "ok")] == 1 and ops[("retrieval", "ok")] >= 2  # prefetch + load_memory
+    assert ops[("embedding", "ok")] >= 3
+    assert ops[("save", "span_content_capture")] == 1
+    assert ops[("retrieval", "span_content_capture")] >= 1  # the prefetch and load_memory
+    for p in points:
+        assert set(p["attributes"]) <= {"operation", "outcome"}
+        assert all(len(v) <= 64 and v.replace("_", "").isalnum() for v in p["attributes"].values())
+
+
 # -- the unpatched runtime fails them ------------------------------------------------------------
 
 def test_unpatched_runtime_fails_the_gates(reports):
@@ -356,8 +473,8 @@ def test_series_unit_tests_pass_against_the_installed_runtime(reports):
     the kagent venv's pytest against the patched copy."""
     unit = reports["unit_tests"]
     assert unit["files"] == ["test_embedding_logs.py", "test_governed_memory_autosave.py",
-                             "test_governed_memory_service.py", "test_governed_memory_tools.py",
-                             "test_memory_scope.py"]
+                             "test_governed_memory_service.py", "test_governed_memory_telemetry.py",
+                             "test_governed_memory_tools.py", "test_memory_scope.py"]
     assert unit["returncode"] == 0, unit["output"][-6000:]
     assert " passed" in unit["output"] and "failed" not in unit["output"]
 

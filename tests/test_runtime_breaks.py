@@ -19,6 +19,7 @@ from kagent_governed_memory import (
     ErasureFailed,
     InvalidInput,
     ReasonCode,
+    StoreUnavailable,
     install_content_free_logging,
 )
 from kagent_governed_memory.adk import GovernedMemoryService
@@ -188,3 +189,36 @@ async def test_a_run_config_that_captures_content_means_no_memory(store, databas
     assert h.embedder.calls == before
     out = await h.turn("recall: tea", key=key)  # the next request, without the override
     assert not any("span_content_capture" in t for t in out), out
+
+
+class _StalledRedemption:
+    """The store as seen through a controller that fails every redemption (a read timeout
+    after a long wait, say), counting the attempts."""
+
+    def __init__(self, store) -> None:
+        self._store, self.redeemed = store, 0
+
+    def __getattr__(self, name):
+        return getattr(self._store, name)
+
+    async def redeem(self, assertion):
+        self.redeemed += 1
+        raise StoreUnavailable(ReasonCode.STORE_UNAVAILABLE, operation="generation")
+
+
+async def test_a_failed_redemption_is_final_for_its_request(store, database):
+    """One redemption per request, whatever the controller answers: the first turn of a
+    session prefetches, recalls, saves and runs the auto-save callback, and a failed
+    redemption used to be tried again by each (four waits for one slow controller)."""
+    key = make_key()
+    await store.grant(key, purpose=PURPOSE)
+    stalled = _StalledRedemption(store)
+    h = build(stalled, plan=save_plan)
+    out = await h.turn("remember: likes tea. And what else do I like, can you recall that?",
+                       key=key)
+    assert any('"store_unavailable"' in t for t in out), out
+    await h.service.drain()
+    assert stalled.redeemed == 1
+    assert physical_rows(database, key) == 0
+    await h.turn("remember: likes tea", key=key)  # a new request redeems its own assertion
+    assert stalled.redeemed == 2

@@ -42,7 +42,6 @@ if TYPE_CHECKING:
 __all__ = ["Admitted", "GovernedMemoryService", "SaveOutcome"]
 
 _log = logging.getLogger("kagent_governed_memory.adk")
-_FINAL = frozenset({ReasonCode.ASSERTION_REPLAYED, ReasonCode.ASSERTION_EXPIRED})
 
 
 @dataclass(frozen=True)
@@ -180,9 +179,11 @@ class GovernedMemoryService(BaseMemoryService):
                     # was given for (ADR decision 6; both signed into the assertion)
                     binding.generation = await self.store.redeem(a)
                 except GovernanceError as exc:
-                    if exc.reason in _FINAL:  # replayed or expired: no later retry helps
-                        binding.assertion, binding.reason = None, exc.reason
-                    return exc.reason  # otherwise not cached: a later operation may retry
+                    # Final for the request, whatever the reason: the jti was (or may have
+                    # been) redeemed, so a retry could only be refused as replayed, or wait
+                    # out a stalled controller again for every later operation of the turn.
+                    binding.assertion, binding.reason = None, exc.reason
+                    return exc.reason
                 binding.captured = True
         if binding.generation is None:
             return ReasonCode.CONSENT_REQUIRED

@@ -15,9 +15,12 @@ Runs inside the kagent venv with ``PYTHONPATH`` = the (patched or unpatched) cop
 * embeddings go through kagent's ``KAgentEmbedding`` and the OpenAI SDK to a loopback
   OpenAI-compatible server started here (feature-hashing vectors).
 
-Only three seams are replaced, in ``kagent.adk._a2a``: the controller HTTP client's transport,
-the session service (in memory instead of the controller's) and the task store (in memory).
-The root logger runs at DEBUG into a list; the report says where each sentinel appeared.
+Only one seam is replaced, in ``kagent.adk._a2a`` (and the governed service's module): the
+controller HTTP client's transport.  kagent's own ``KAgentSessionService`` and
+``KAgentTaskStore`` persist sessions, events and tasks through it to ``kagent_core_routes.py``
+(kagent's session and task routes, stored in kagent's core tables in PostgreSQL), so a test can
+read back everything kagent would have kept.  The root logger runs at DEBUG into a list; the
+report says where each sentinel appeared.
 
 Usage: ``python driver.py patched|unpatched`` with ``KGM_TEST_DSN`` / ``KGM_TEST_ADMIN_DSN``
 (patched only) and optional ``KGM_TEST_LOG_FILE`` (the captured log, for a failing test).
@@ -58,8 +61,9 @@ os.environ.update({
     "KAGENT_MEMORY_SCOPE_ISSUER": ISSUER,
     "KAGENT_MEMORY_LOCAL_SERVER": LOCAL,
     "OPENAI_API_KEY": "sk-test-not-a-key",
-    "OTEL_SDK_DISABLED": "true",
 })
+if RUNTIME != "otel":
+    os.environ["OTEL_SDK_DISABLED"] = "true"
 
 
 class _Capture(logging.Handler):
@@ -82,15 +86,46 @@ CAPTURE = _Capture()
 logging.root.handlers[:] = [CAPTURE]
 logging.root.setLevel(logging.DEBUG)
 
+OTEL: dict[str, Any] = {}
+if RUNTIME == "otel":
+    # The OpenTelemetry SDK as kagent-core's configure_tracing sets it up with tracing and
+    # logging enabled (a TracerProvider, a LoggerProvider, the OpenAI instrumentation emitting
+    # GenAI events through it, httpx instrumented), exporting to in-memory exporters instead of
+    # OTLP; plus a LoggingHandler, so Python log records become OpenTelemetry ones too, and a
+    # MeterProvider with an InMemoryMetricReader.
+    from opentelemetry import _logs, metrics, trace
+    from opentelemetry.instrumentation.httpx import HTTPXClientInstrumentor
+    from opentelemetry.instrumentation.openai import OpenAIInstrumentor
+    from opentelemetry.sdk._events import EventLoggerProvider
+    from opentelemetry.sdk._logs import LoggerProvider, LoggingHandler
+    from opentelemetry.sdk._logs.export import InMemoryLogExporter, SimpleLogRecordProcessor
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    OTEL["spans"], OTEL["logs"] = InMemorySpanExporter(), InMemoryLogExporter()
+    OTEL["metrics"] = InMemoryMetricReader()
+    _tracer_provider = TracerProvider()
+    _tracer_provider.add_span_processor(SimpleSpanProcessor(OTEL["spans"]))
+    trace.set_tracer_provider(_tracer_provider)
+    _logger_provider = LoggerProvider()
+    _logger_provider.add_log_record_processor(SimpleLogRecordProcessor(OTEL["logs"]))
+    _logs.set_logger_provider(_logger_provider)
+    metrics.set_meter_provider(MeterProvider(metric_readers=[OTEL["metrics"]]))
+    OpenAIInstrumentor(use_legacy_attributes=False).instrument(
+        event_logger_provider=EventLoggerProvider(_logger_provider))
+    HTTPXClientInstrumentor().instrument()
+    logging.root.addHandler(LoggingHandler(level=logging.DEBUG, logger_provider=_logger_provider))
+
 # Imports after logging is set up: kagent.core configures logging at import (LOG_LEVEL=DEBUG).
 import httpx
 import kagent.adk._a2a as kagent_a2a
 import uvicorn
-from a2a.server.tasks import InMemoryTaskStore
 from a2a.types import AgentCapabilities, AgentCard
 from google.adk.models.base_llm import BaseLlm
 from google.adk.models.llm_response import LlmResponse
-from google.adk.sessions import InMemorySessionService
 from google.genai import types
 from kagent.adk import KAgentApp
 from kagent.adk.types import AgentConfig
@@ -122,6 +157,7 @@ from kagent_governed_memory.migrations import migrate
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from controller import TestController
+from kagent_core_routes import KagentCoreRoutes
 
 # The bridge's key stays in this "bridge" half; the runtime (and a compiled controller) get the
 # public PEM only.  KGM_TEST_BRIDGE_KEY: a private PEM shared with the test that started one.
@@ -133,14 +169,20 @@ CONTROLLER_URL = os.environ.get("KGM_TEST_CONTROLLER_URL") or None
 PUBLIC_KEYS = {key_id(BRIDGE_KEY): BRIDGE_KEY.public_key()}
 os.environ["KAGENT_MEMORY_SCOPE_PUBLIC_KEYS"] = public_key_pem(BRIDGE_KEY).decode("ascii")
 
-PATCHED = RUNTIME == "patched"  # governed memory
+# dim1024: the patched package, governed, with memory.embedding_dimension 1024 (a consent
+# recorded at 1024 by the stand-in controller's store), on a database of its own.
+# otel: the patched package, governed, with the OpenTelemetry SDK on (in-memory exporters).
+PATCHED = RUNTIME in ("patched", "dim1024", "otel")  # governed memory
+DIMENSION = 1024 if RUNTIME == "dim1024" else None
 # The pod's projected ServiceAccount token (audience "kagent"), which kagent's
 # KAgentTokenService reads from /var/run/secrets/tokens/kagent-token; the stand-in controller's
 # fake TokenReview knows it as kagent/my-agent.
 POD_TOKEN = "kgm-test-sa:kagent:my-agent"  # the compiled overlay's fake TokenReview format
 SUMMARY_MARKER = "Summary (JSON List):"
+DRIVER_MEMORY_DEADLINE = 60.0  # the memory deadline the scenarios run under (see build())
+STALL_SECONDS = 3.0  # a stalled call's wait before the client's read timeout
 SENTINELS = {name: f"{name.upper()}-{secrets.token_hex(8)}" for name in
-             ("query", "summary", "model_error", "embedding_error")}
+             ("query", "summary", "model_error", "embedding_error", "recall")}
 
 
 # -- the scripted model ------------------------------------------------------------------------
@@ -207,7 +249,8 @@ class EmbeddingServer:
         self.calls = 0
         self.items: list[int] = []
         self.fail_with: str | None = None
-        self._hashing = HashingEmbedder()
+        self.requested_dimensions: list[Any] = []  # the "dimensions" of each request
+        self.force_dimension: int | None = None  # a provider answering another dimension
         self.app = Starlette(routes=[Route("/v1/embeddings", self._embed, methods=["POST"])])
 
     async def _embed(self, request: Request) -> JSONResponse:
@@ -216,12 +259,14 @@ class EmbeddingServer:
         texts = [texts] if isinstance(texts, str) else texts
         self.calls += 1
         self.items.append(len(texts))
+        self.requested_dimensions.append(body.get("dimensions"))
+        hashing = HashingEmbedder(self.force_dimension or body.get("dimensions") or 768)
         if self.fail_with is not None:  # a provider error whose body echoes something secret
             return JSONResponse({"error": {"message": f"bad input near {self.fail_with}",
                                            "type": "invalid_request_error"}}, status_code=400)
         data = []
         for i, text in enumerate(texts):
-            vec = self._hashing.embed_one(text)
+            vec = hashing.embed_one(text)
             if body.get("encoding_format") == "base64":
                 emb: Any = base64.b64encode(struct.pack(f"<{len(vec)}f", *vec)).decode()
             else:
@@ -303,13 +348,35 @@ class Harness:
         self.embedder = embedder
         self.model = model
         self.services: list[Any] = []
-        self.session_services: list[InMemorySessionService] = []
         self.tokens: list[str] = []
+        # kagent's own session and task routes, in kagent's core tables (a schema per driver)
+        self.core = KagentCoreRoutes(os.environ["KGM_TEST_ADMIN_DSN"], f"kagent_core_{RUNTIME}")
+        # A stalled governed listener: calls are counted, then answered never (until the
+        # client gives up after STALL_SECONDS with a read timeout, as httpx would).
+        self.stall = False
+        self.stalled: collections.Counter[str] = collections.Counter()
 
     async def build(self, embedding_url: str) -> None:
         controller_app = getattr(self.controller, "app", None)
         real_httpx = httpx
         harness = self
+
+        class Routing(httpx.AsyncBaseTransport):
+            """kagent's session/task routes to the core stand-in; the rest to the controller."""
+
+            def __init__(self, controller: httpx.AsyncBaseTransport) -> None:
+                self.controller = controller
+                self.core = real_httpx.ASGITransport(app=harness.core.app)
+
+            async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+                path = request.url.path
+                if path.startswith(("/api/sessions", "/api/tasks")):
+                    return await self.core.handle_async_request(request)
+                if harness.stall and "/api/memories/governed/" in path:
+                    harness.stalled[path.rsplit("/", 1)[-1]] += 1
+                    await asyncio.sleep(STALL_SECONDS)
+                    raise httpx.ReadTimeout("stalled", request=request)
+                return await self.controller.handle_async_request(request)
 
         class _HttpxShim:  # kagent's controller client, routed in-process to the test controller
             def __getattr__(self, name):
@@ -319,14 +386,18 @@ class Harness:
             def AsyncClient(**kwargs):
                 if isinstance(harness.controller, CompiledController):
                     kwargs["base_url"] = harness.controller.url
-                    return real_httpx.AsyncClient(transport=harness.controller.transport(),
-                                                  **kwargs)
-                return real_httpx.AsyncClient(transport=real_httpx.ASGITransport(app=controller_app),
-                                              **kwargs)
+                    return real_httpx.AsyncClient(
+                        transport=Routing(harness.controller.transport()), **kwargs)
+                return real_httpx.AsyncClient(
+                    transport=Routing(real_httpx.ASGITransport(app=controller_app)), **kwargs)
 
         def recording(real_service):
             def memory_service(**kwargs):
                 service = real_service(**kwargs)
+                if hasattr(service, "memory_deadline"):
+                    # five drivers share two cores here: a cold first turn may take longer
+                    # than the production deadline; section 10 injects a short one
+                    service.memory_deadline = DRIVER_MEMORY_DEADLINE
                 harness.services.append(service)
                 return service
             return memory_service
@@ -342,25 +413,19 @@ class Harness:
             f.write(POD_TOKEN + "\n")
         kagent_token.KAGENT_TOKEN_PATH = token_file
 
-        def session_service(_client):
-            service = InMemorySessionService()
-            harness.session_services.append(service)
-            return service
-
         kagent_a2a.httpx = _HttpxShim()
         try:  # the governed memory service's own client (KAGENT_MEMORY_URL)
             import kagent.adk._governed_memory_service as governed_module
             governed_module.httpx = _HttpxShim()
         except ImportError:  # the unpatched runtime
             pass
-        kagent_a2a.KAgentSessionService = session_service
-        kagent_a2a.KAgentTaskStore = lambda _client: InMemoryTaskStore()
 
         config = AgentConfig.model_validate({
             "model": {"type": "openai", "model": "gpt-4o-mini"},
             "description": "test agent",
             "instruction": "You are a test agent.",
             "memory": {**({"mode": "governed"} if PATCHED else {}),
+                       **({"embedding_dimension": DIMENSION} if DIMENSION else {}),
                        "embedding": {"provider": "openai", "model": "text-embedding-3-small",
                                      "base_url": embedding_url}},
         })
@@ -529,6 +594,7 @@ async def run_patched(h: Harness, store: GovernedMemoryStore, admin_dsn: str) ->
     saved = [await h.turn("main", "SAVE I like green tea", key=key),
              await h.turn("main", "SAVE My cat is called Miso", key=key)]
     loaded = await h.turn("main", "LOAD green tea", key=key)
+    loaded_request = h.model._instructions[-1] if h.model._instructions else ""
     secret_load = await h.turn("main", "LOAD-SECRET", key=key)
     generation = await store.generation(key)
     expired_marker, live_marker = f"EXPIRED-{secrets.token_hex(4)}", f"LIVE-{secrets.token_hex(4)}"
@@ -539,6 +605,7 @@ async def run_patched(h: Harness, store: GovernedMemoryStore, admin_dsn: str) ->
                               (f"{live_marker} I like durian sorbet", "now() + interval '1 day'")):
             _plant(conn, sid, generation, text, expires)
     durian = await h.turn("main", "LOAD durian", key=key)
+    durian_request = h.model._instructions[-1] if h.model._instructions else ""
     calls_before_prefetch = h.embedder.calls
     searches_before_prefetch = h.controller.calls["search"]
     many = " ".join(f"Sentence number {i} asks what I like about durian desserts." for i in range(12))
@@ -547,8 +614,11 @@ async def run_patched(h: Harness, store: GovernedMemoryStore, admin_dsn: str) ->
     report["consented"] = {
         "saved": saved,
         "loaded": loaded,
+        # the model request after load_memory answered (where governed recall is injected)
+        "loaded_request": loaded_request,
         "secret_load": secret_load,
         "durian": durian,
+        "durian_request": durian_request,
         "expired_marker": expired_marker,
         "live_marker": live_marker,
         "prefetch_instruction_has_live": live_marker in prefetch_instruction,
@@ -570,6 +640,7 @@ async def run_patched(h: Harness, store: GovernedMemoryStore, admin_dsn: str) ->
     finally:
         reset_memory_scope(scope_token)
     after_forget = await h.turn("main", "LOAD green tea", key=key)
+    after_forget_request = h.model._instructions[-1] if h.model._instructions else ""
     report["forget"] = {
         "tea_id": tea_id,
         "cat_id": cat_id,
@@ -578,6 +649,7 @@ async def run_patched(h: Harness, store: GovernedMemoryStore, admin_dsn: str) ->
         "cat_rows": _scalar(admin_dsn, "SELECT count(*) FROM memory_entry WHERE id::text = %s",
                             [cat_id]),
         "load_after": after_forget,
+        "load_after_request": after_forget_request,
         "forget_calls": h.controller.calls["forget"],
     }
 
@@ -674,15 +746,64 @@ async def run_patched(h: Harness, store: GovernedMemoryStore, admin_dsn: str) ->
     refused = getattr(h.controller, "refused_auth", None)  # the stand-in's own count
     report["refused_auth"] = dict(refused) if refused is not None else None
 
-    # 8. Where the assertion went: only to the controller, never into state or logs.
-    stored_headers = [json.dumps(s.state.get("headers") or {})
-                      for svc in h.session_services
-                      for sessions in svc.sessions.values()
-                      for by_user in sessions.values()
-                      for s in by_user.values()]
+    # 9. Inject, don't persist: a fact (planted in the scoped store, as an earlier
+    #    conversation would have saved it) recalled by load_memory reaches the model's request,
+    #    and nothing of it reaches what kagent persists (events, tasks).
+    if isinstance(h.controller, CompiledController):  # section 6's budgets no longer apply
+        h.controller.reset_budgets = True
+    else:
+        h.controller.admission = Admission(store, LOOSE)
+    key_r = make_key(room="!control-recall:example.org")
+    await store.grant(key_r, purpose="personal_preferences")
+    recall_fact = f"{SENTINELS['recall']} is the codename of my project"
+    await store.save(key_r, await store.generation(key_r), facts=[recall_fact],
+                     embeddings=[HashingEmbedder().embed_one(recall_fact)])
+    await h.turn("recall", "hello there", key=key_r)
+    instructions_before = len(h.model._instructions)
+    recall_reply = await h.turn("recall", "LOAD codename of my project", key=key_r)
+    recall_instructions = h.model._instructions[instructions_before:]
+    report["recall"] = {
+        "reply": recall_reply,
+        "model_requests": len(recall_instructions),
+        # the request after load_memory answered: the model saw the fact there
+        "fact_in_model_request": bool(recall_instructions)
+        and SENTINELS["recall"] in recall_instructions[-1],
+        "fact_in_first_request": bool(recall_instructions)
+        and SENTINELS["recall"] in recall_instructions[0],
+        "fact_in_reply": SENTINELS["recall"] in recall_reply,
+        "persisted": h.core.tables_containing([SENTINELS["recall"]]),
+        "persisted_rows": h.core.row_counts(),
+        "in_scoped_store": _scalar(admin_dsn, "SELECT count(*) FROM memory_entry WHERE content = %s",
+                                   [recall_fact]),
+    }
+
+    # 10. A stalled controller: one /generation for the turn, whatever the turn does (prefetch,
+    #     save_memory, auto-save), and the turn answers without memory past the deadline.
+    deadline_was = getattr(h.service, "memory_deadline", None)
+    h.service.memory_deadline = 0.5  # injected: a short deadline, the stall is 3 s per call
+    h.stall = True
+    lines_before = len(CAPTURE.lines)
+    try:
+        stalled_reply = await h.turn("stalled", "SAVE I like stalled tea", key=key)
+    finally:
+        h.stall = False
+        if deadline_was is None:
+            del h.service.memory_deadline
+        else:
+            h.service.memory_deadline = deadline_was
+    report["stalled"] = {
+        "reply": stalled_reply,
+        "calls": dict(h.stalled),
+        "deadline_logged": any("reason=memory_deadline_exceeded" in line
+                               for _, _, line in CAPTURE.lines[lines_before:]),
+    }
+
+    # 8. Where the assertion went: only to the controller, never into what kagent persists
+    #    (session events, their state deltas, tasks) or logs.
+    persisted_with_token = h.core.tables_containing([*h.tokens, "x-kagent-memory-scope"])
     report["assertion"] = {
-        "in_session_state": any(t in blob for t in h.tokens for blob in stored_headers)
-        or any("x-kagent-memory-scope" in blob for blob in stored_headers),
+        "in_session_state": any(persisted_with_token.values()),
+        "persisted_rows": h.core.row_counts(),
         "unverified_controller_calls": h.controller.unverified_calls,
     }
     report["background_tasks_tracked"] = hasattr(h.service, "_background_tasks")
@@ -690,6 +811,10 @@ async def run_patched(h: Harness, store: GovernedMemoryStore, admin_dsn: str) ->
     token_forms = {f"token{i}": t for i, t in enumerate(h.tokens[:3])}
     report["leaks"] = leaks(token_forms)
     return report
+
+
+LOOSE = MemoryPolicy(version="test-loose", explicit_burst=1000, explicit_ops_per_minute=6000,
+                     scope_ops_per_hour=100000)
 
 
 def _scalar(dsn: str, query: str, params: list | None = None):
@@ -711,15 +836,116 @@ def _plant(conn, sid: str, generation: int, text: str, expires_sql: str) -> None
     conn.execute("SET session_replication_role = origin")
 
 
+async def run_dimension(h: Harness, store: GovernedMemoryStore, admin_dsn: str
+                        ) -> dict[str, Any]:
+    """memory.embedding_dimension 1024, a consent recorded at 1024: saved and recalled end to
+    end with 1024-d vectors; a provider answering 768-d vectors is refused, never fitted."""
+    key = make_key()
+    await store.grant(key, purpose="personal_preferences")
+    saved = await h.turn("dim", "SAVE I like white tea", key=key)
+    loaded = await h.turn("dim", "LOAD white tea", key=key)
+    loaded_request = h.model._instructions[-1] if h.model._instructions else ""
+    dims = _scalar(admin_dsn, "SELECT array_agg(DISTINCT vector_dims(embedding)) FROM memory_entry")
+    consented = _scalar(admin_dsn, "SELECT array_agg(DISTINCT embedding_dimension) FROM memory_scope")
+    h.embedder.force_dimension = 768
+    rows_before = _scalar(admin_dsn, "SELECT count(*) FROM memory_entry")
+    mismatch = {"save": await h.turn("dim2", "SAVE I like black tea", key=key),
+                "load": await h.turn("dim2", "LOAD white tea", key=key)}
+    mismatch["rows"] = _scalar(admin_dsn, "SELECT count(*) FROM memory_entry") - rows_before
+    h.embedder.force_dimension = None
+    return {"dimension": {"saved": saved, "loaded": loaded,
+                          "fact_in_model_request": "I like white tea" in loaded_request,
+                          "stored_dims": dims, "consented_dims": consented,
+                          "requested": sorted(set(h.embedder.requested_dimensions) - {None}),
+                          "mismatch": mismatch},
+            "leaks": leaks({})}
+
+
+async def run_otel(h: Harness, store: GovernedMemoryStore, admin_dsn: str) -> dict[str, Any]:
+    """A sentinel fact saved and recalled with tracing and OpenTelemetry logging on: it must
+    appear in no span (attributes, events, status) and no log record (body, attributes); the
+    metrics count the work with bounded labels; content capture switched on by the operator
+    means no memory."""
+    key = make_key()
+    await store.grant(key, purpose="personal_preferences")
+    fact = f"{SENTINELS['recall']} is my locker code"
+    capture_env = {name: os.environ.get(name) for name in
+                   ("ADK_CAPTURE_MESSAGE_CONTENT_IN_SPANS", "TRACELOOP_TRACE_CONTENT",
+                    "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT")}
+    saved = await h.turn("otel-save", f"SAVE {fact}", key=key)
+    await h.turn("otel-recall", "hello there", key=key)
+    loaded = await h.turn("otel-recall", "LOAD what is my locker code", key=key)
+    recalled_into_request = bool(h.model._instructions) and SENTINELS["recall"] in h.model._instructions[-1]
+    # An operator switching google-adk's span content capture on: no memory.
+    previous = os.environ.get("ADK_CAPTURE_MESSAGE_CONTENT_IN_SPANS")
+    os.environ["ADK_CAPTURE_MESSAGE_CONTENT_IN_SPANS"] = "true"
+    try:
+        capture_on = {"save": await h.turn("otel-on", "SAVE I like capture tea", key=key),
+                      "load": await h.turn("otel-on", "LOAD locker code", key=key)}
+    finally:
+        if previous is None:
+            os.environ.pop("ADK_CAPTURE_MESSAGE_CONTENT_IN_SPANS", None)
+        else:
+            os.environ["ADK_CAPTURE_MESSAGE_CONTENT_IN_SPANS"] = previous
+    from opentelemetry import _logs, trace
+
+    trace.get_tracer_provider().force_flush()
+    _logs.get_logger_provider().force_flush()
+    needles = _forms(SENTINELS["recall"])
+    spans = OTEL["spans"].get_finished_spans()
+    span_hits = []
+    for span in spans:
+        texts = {f"attr:{k}": str(v) for k, v in (span.attributes or {}).items()}
+        for event in span.events or ():
+            texts.update({f"event:{event.name}:{k}": str(v)
+                          for k, v in (event.attributes or {}).items()})
+        texts["status"] = str(span.status.description or "")
+        span_hits += [f"{span.name}/{where}" for where, text in texts.items()
+                      if any(n in text for n in needles)]
+    records = [d.log_record for d in OTEL["logs"].get_finished_logs()]
+    log_hits = [f"{getattr(r, 'event_name', None) or '-'}" for r in records
+                if any(n in str(r.body) + json.dumps(dict(r.attributes or {}), default=str)
+                       for n in needles)]
+    points = []
+    for rm in OTEL["metrics"].get_metrics_data().resource_metrics:
+        for sm in rm.scope_metrics:
+            for metric in sm.metrics:
+                if metric.name.startswith("kagent.memory."):
+                    points += [{"scope": sm.scope.name, "name": metric.name,
+                                "attributes": dict(p.attributes), "value": p.value}
+                               for p in metric.data.data_points]
+    return {"otel": {
+        "capture_env": capture_env,  # as the runtime left it (the driver sets none of them)
+        "saved": saved, "loaded": loaded, "recalled_into_request": recalled_into_request,
+        "in_scoped_store": _scalar(admin_dsn, "SELECT count(*) FROM memory_entry WHERE content = %s",
+                                   [fact]),
+        "capture_on": capture_on,
+        "spans": len(spans), "span_names": sorted({s.name for s in spans}),
+        "span_hits": span_hits,
+        "log_records": len(records), "gen_ai_events": sum(
+            1 for r in records if str(getattr(r, "event_name", "") or "").startswith("gen_ai.")),
+        "log_hits": log_hits,
+        "metric_points": points,
+        "metric_labels_have_content": any(n in json.dumps(points) for n in needles)
+        or any(t in json.dumps(points) for t in h.tokens),
+    }, "leaks": leaks({})}
+
+
+def _forms(value: str) -> set[str]:
+    return {value, base64.b64encode(value.encode()).decode().rstrip("="), value.encode().hex()}
+
+
 async def main() -> dict[str, Any]:
     store = None
     if PATCHED:
+        from kagent_governed_memory.policy import PROTOTYPE_POLICY
         await migrate(os.environ["KGM_TEST_OWNER_DSN"], local_server=LOCAL)
+        policy = (PROTOTYPE_POLICY.model_copy(update={"embedding_dimension": DIMENSION})
+                  if DIMENSION else PROTOTYPE_POLICY)
         store = await GovernedMemoryStore.open(os.environ["KGM_TEST_DSN"], local_server=LOCAL,
-                                               sweep_every=None)
+                                               policy=policy, sweep_every=None)
     # Generous budgets for the scenario; section 6 swaps in a tight one.
-    loose = MemoryPolicy(version="test-loose", explicit_burst=1000, explicit_ops_per_minute=6000,
-                         scope_ops_per_hour=100000)
+    loose = LOOSE
     if CONTROLLER_URL and PATCHED:
         controller: Any = CompiledController(CONTROLLER_URL, os.environ["KGM_TEST_ADMIN_DSN"])
     else:
@@ -729,7 +955,11 @@ async def main() -> dict[str, Any]:
     harness = Harness(controller, embedder, ScriptedLlm())
     try:
         await harness.build(url)
-        if PATCHED:
+        if DIMENSION:
+            report = await run_dimension(harness, store, os.environ["KGM_TEST_ADMIN_DSN"])
+        elif RUNTIME == "otel":
+            report = await run_otel(harness, store, os.environ["KGM_TEST_ADMIN_DSN"])
+        elif PATCHED:
             report = await run_patched(harness, store, os.environ["KGM_TEST_ADMIN_DSN"])
         else:
             report = await run_unpatched(harness)
