@@ -13,11 +13,10 @@ as the PostgreSQL superuser, every table of the database (kagent's sessions, eve
 legacy memory, the governed tables, ...), each row cast to text, is searched for the sentinels.
 
 A recalled fact must reach the model's request, and after the forget and the withdrawal no table
-may hold it.  Until the runtime's governed ``load_memory`` answers with a count and opaque ids
-(injecting the text into that invocation's model request only), the tool's function response
-carrying the fact is persisted in kagent's ``event`` table (and the A2A task's history): the
-test is then expected to fail with ``PersistedRecall`` -- and only with it (``xfail(strict,
-raises=PersistedRecall)``); any other failure is a real failure.
+may hold it: the runtime's governed ``load_memory`` answers with a count and opaque ids and
+injects the text into that invocation's model request only.  A regression to the old tool (its
+function response carrying the facts, persisted by kagent's session service in the ``event``
+table and the A2A task's history) fails with ``PersistedRecall``, which names where.
 
 Without Go or kagent's source this is reported as GO VERIFICATION NOT RUN (skipped, with the
 reason); ``KGM_SKIP_KAGENT_RUNTIME=1`` skips it, as the other kagent runtime tests.
@@ -163,12 +162,6 @@ def assert_held_nowhere(report: dict[str, Any], step: str, sentinel: str) -> Non
                          f"(leaves: {leaves})")
 
 
-@pytest.mark.xfail(
-    strict=True, raises=PersistedRecall,
-    reason="issue 23 item 1: governed load_memory still returns the recalled facts as its "
-           "function response, which kagent's KAgentSessionService persists in the event table; "
-           "remove this mark when the runtime change (count + opaque ids, text injected into the "
-           "invocation's model request only) lands")
 def test_recalled_facts_reach_the_model_but_no_table_after_forget_and_withdraw(report):
     r = report
     assert r["session_service"] == "kagent.adk._session_service.KAgentSessionService"
