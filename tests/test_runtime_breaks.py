@@ -4,13 +4,14 @@ check's agent, a typo in ``span_content``, an embedder that raises anything, and
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import logging
 import secrets
 import uuid
 
 import pytest
-from adk_support import build, save_plan
+from adk_support import AGENT, ISSUER, PUBLIC_KEYS, build, context_id, save_plan, sign
 from conftest import make_key, physical_rows, save
 from test_controls import AGENTS, ALICE, OK, ROOM
 
@@ -25,6 +26,8 @@ from kagent_governed_memory import (
 from kagent_governed_memory.adk import GovernedMemoryService
 from kagent_governed_memory.controls import ErasureReply, MemoryControls, Notice
 from kagent_governed_memory.embedding import HashingEmbedder
+from kagent_governed_memory.metering import Operation
+from kagent_governed_memory.request import memory_request
 from kagent_governed_memory.store import _CURSOR, _cursor_tag
 
 PURPOSE = "personal_preferences"
@@ -222,3 +225,28 @@ async def test_a_failed_redemption_is_final_for_its_request(store, database):
     assert physical_rows(database, key) == 0
     await h.turn("remember: likes tea", key=key)  # a new request redeems its own assertion
     assert stalled.redeemed == 2
+
+
+class _SlowFailingRedemption(_StalledRedemption):
+    """Fails each redemption only after every other operation of the request has queued."""
+
+    async def redeem(self, assertion):
+        self.redeemed += 1
+        for _ in range(5):
+            await asyncio.sleep(0)  # let the concurrent operations reach the binding's lock
+        raise StoreUnavailable(ReasonCode.STORE_UNAVAILABLE, operation="generation")
+
+
+async def test_a_failed_redemption_is_final_for_operations_already_queued(store, database):
+    """Operations of one request that wait on the binding's lock while the first redemption
+    fails (load_memory and save_memory in one model response, say) do not redeem again."""
+    key = make_key()
+    await store.grant(key, purpose=PURPOSE)
+    slow = _SlowFailingRedemption(store)
+    h = build(slow, plan=save_plan)
+    with memory_request(sign(key), public_keys=PUBLIC_KEYS, issuer=ISSUER, agent=AGENT,
+                        context_id=context_id()) as binding:
+        assert binding.assertion is not None
+        reasons = await asyncio.gather(*(h.service.resolve(Operation.RETRIEVE) for _ in range(3)))
+    assert reasons == [ReasonCode.STORE_UNAVAILABLE] * 3
+    assert slow.redeemed == 1

@@ -172,19 +172,25 @@ class GovernedMemoryService(BaseMemoryService):
         except GovernanceError as exc:
             return exc.reason
         async with binding.lock:
+            if binding.assertion is None:  # an operation queued before us failed to redeem
+                return binding.reason or ReasonCode.ASSERTION_MISSING
             if not binding.captured:
+                # Final for the request, whatever happens: the jti was (or may have been)
+                # redeemed, so a retry could only be refused as replayed, or wait out a
+                # stalled controller again for every later operation of the turn.  Marked
+                # before the call, so a cancelled redemption is not tried again either.
+                binding.captured = True
                 try:
                     # One round trip: the jti is redeemed (single use, T1) and the generation
                     # captured, only for the classification and output audience the consent
                     # was given for (ADR decision 6; both signed into the assertion)
                     binding.generation = await self.store.redeem(a)
                 except GovernanceError as exc:
-                    # Final for the request, whatever the reason: the jti was (or may have
-                    # been) redeemed, so a retry could only be refused as replayed, or wait
-                    # out a stalled controller again for every later operation of the turn.
                     binding.assertion, binding.reason = None, exc.reason
                     return exc.reason
-                binding.captured = True
+                except BaseException:
+                    binding.assertion, binding.reason = None, ReasonCode.STORE_UNAVAILABLE
+                    raise
         if binding.generation is None:
             return ReasonCode.CONSENT_REQUIRED
         return None
