@@ -409,7 +409,8 @@ async def test_agent_tokens_are_refused_on_bridge_routes_and_change_nothing(cont
 
 async def _search(client: httpx.AsyncClient, backend: HttpBackend, key: ScopeKey,
                   generation: int, **query: Any) -> httpx.Response:
-    return await client.post(f"{GOVERNED}/search", headers=backend.headers("search", key),
+    return await client.post(f"{GOVERNED}/search",
+                             headers=await backend.request_headers("search", key, generation),
                              json={"scope": scope_body(key), "generation": generation,
                                    "limit": 5, **query})
 
@@ -467,5 +468,117 @@ async def test_the_bridge_forgets_one_entry_without_an_assertion(controller: str
         r = await client.post(f"{GOVERNED}/forget", headers=agent_headers("kagent", "my-agent"),
                               json={"scope": scope_body(key), "entry_id": entry})
         assert (r.status_code, r.json()) == (403, {"error": "assertion_missing"})
+    finally:
+        await client.aclose()
+
+
+# -- every call bound to its redemption (0019, vector migration 000011) ---------------------
+
+_BOUND_ROUTES = ["admit", "entries", "search", "forget"]
+
+
+def _bound_body(key: ScopeKey, generation: int, entry: str) -> dict[str, Any]:
+    return {"scope": scope_body(key), "generation": generation, "units": 1, "entry_id": entry,
+            "vector": vec("a private fact"), "limit": 5,
+            "items": [{"content": "injected", "vector": vec("injected")}]}
+
+
+async def _bound_answers(client: httpx.AsyncClient, key: ScopeKey, token: str, entry: str,
+                         generations: list[int]) -> list[tuple[str, int, int, Any]]:
+    out = []
+    for route in _BOUND_ROUTES:
+        for generation in generations:
+            r = await client.post(f"{GOVERNED}/{route}", json=_bound_body(key, generation, entry),
+                                  headers={**agent_headers("kagent", "my-agent"),
+                                           "x-kagent-memory-scope": token})
+            out.append((route, generation, r.status_code, r.json()))
+    return out
+
+
+@controller_only
+async def test_a_redeemed_assertion_serves_only_the_generation_it_captured(controller: str,
+                                                                           db: Db) -> None:
+    """Redeem assertion A at generation g; then /admit, /entries, /search and /forget with A
+    and any other generation are refused alike (request_not_redeemed), nothing is read or
+    written, and the answer does not change when consent moves on."""
+    key, backend, client = await _seeded(controller)
+    try:
+        token, g = await backend.redeem(key)
+        assert g is not None
+        [(entry, _)] = await backend.inspect(key)
+        guesses = [g + 1, g - 1, 0, 99]
+        before = _state(db)
+        answers = await _bound_answers(client, key, token, entry, guesses)
+        assert {(s, b["error"]) for *_, s, b in answers} == {(403, "request_not_redeemed")}
+        assert _state(db) == before and db.rows_of(key) == 1
+        # an assertion never redeemed, with the scope's real generation
+        never = await _bound_answers(client, key, backend.assertion(key), entry, [g])
+        assert {(s, b["error"]) for *_, s, b in never} == {(403, "request_not_redeemed")}
+        assert _state(db) == before
+        # consent moves on (forget-all advances the generation): the same answers
+        await backend._post("forget-all", key)
+        assert (await backend.status(key))["generation"] == g + 1
+        moved = await _bound_answers(client, key, token, entry, guesses)
+        assert [a[2:] for a in moved] == [a[2:] for a in answers]
+        # the redeemed generation itself is now stale, as before
+        r = await client.post(f"{GOVERNED}/search", json=_bound_body(key, g, entry),
+                              headers={**agent_headers("kagent", "my-agent"),
+                                       "x-kagent-memory-scope": token})
+        assert (r.status_code, r.json()) == (409, {"error": "stale_generation"})
+    finally:
+        await client.aclose()
+
+
+@controller_only
+async def test_a_redemption_past_its_work_until_serves_nothing(controller: str, db: Db) -> None:
+    key, backend, client = await _seeded(controller)
+    try:
+        token, g = await backend.redeem(key)
+        assert g is not None
+        [(entry, _)] = await backend.inspect(key)
+        assert db.scalar("SELECT count(*) FROM memory_assertion_use"
+                         " WHERE generation = %s AND work_until = forget_at", [g]) >= 1
+        with psycopg.connect(db.owner, autocommit=True) as conn:  # the owner's clock hand
+            conn.execute("UPDATE memory_assertion_use SET work_until = now() - interval '1 s'"
+                         " WHERE work_until > now()")
+        before = _state(db)
+        answers = await _bound_answers(client, key, token, entry, [g])
+        assert {(s, b["error"]) for *_, s, b in answers} == {(403, "request_not_redeemed")}
+        assert _state(db) == before and db.rows_of(key) == 1
+    finally:
+        await client.aclose()
+
+
+@controller_only
+async def test_an_expired_assertion_still_serves_its_redeemed_request(controller: str,
+                                                                       db: Db) -> None:
+    """Background work (an auto-save) after the request's assertion expired: served until
+    work_until (exp + 120 s); /generation still refuses the expired assertion."""
+    import time
+    from datetime import timedelta
+
+    from kagent_governed_memory.assertion import sign_scope_assertion
+    key, backend, client = await _seeded(controller)
+    try:
+        token = sign_scope_assertion(key, private_key=BRIDGE_KEY, issuer=ISSUER,
+                                     audience=[LOCAL], context_id="ctx-autosave",
+                                     lifetime=timedelta(seconds=1))
+        headers = {**agent_headers("kagent", "my-agent"), "x-kagent-memory-scope": token}
+        r = await client.post(f"{GOVERNED}/generation", json={"scope": scope_body(key)},
+                              headers=headers)
+        assert r.status_code == 200, r.text
+        g = r.json()["generation"]
+        time.sleep(7.0)  # past exp and the controller's 5 s leeway
+        r = await client.post(f"{GOVERNED}/entries", headers=headers, json={
+            "scope": scope_body(key), "generation": g,
+            "items": [{"content": "cycles to work", "vector": vec("cycles to work")}]})
+        assert r.status_code == 201, r.text
+        assert db.rows_of(key) == 2
+        late = backend.assertion(key)  # an unredeemed assertion is not helped by the allowance
+        r = await client.post(f"{GOVERNED}/entries", headers={**headers,
+                                                              "x-kagent-memory-scope": late},
+                              json={"scope": scope_body(key), "generation": g,
+                                    "items": [{"content": "x", "vector": vec("x")}]})
+        assert (r.status_code, r.json()) == (403, {"error": "request_not_redeemed"})
     finally:
         await client.aclose()
