@@ -582,3 +582,55 @@ async def test_an_expired_assertion_still_serves_its_redeemed_request(controller
         assert (r.status_code, r.json()) == (403, {"error": "request_not_redeemed"})
     finally:
         await client.aclose()
+
+
+# -- metering (0020) ---------------------------------------------------------------------------
+
+
+def _counters(text: str) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith("kagent_governed_memory_"):
+            name, value = line.rsplit(" ", 1)
+            out[name] = float(value)
+    return out
+
+
+@controller_only
+async def test_the_controller_meters_operations_without_ids_or_content(controller: str,
+                                                                       db: Db) -> None:
+    """The governed counters on the controller's metrics registry move with the calls, and
+    the whole /metrics page names no principal, room, agent, assertion or memory content."""
+    sentinel = f"sentinel-{secrets.token_hex(6)}"
+    key, backend, client = await _seeded(controller)
+    try:
+        before = _counters((await client.get("/metrics")).text)
+        token, g = await backend.redeem(key)
+        r = await client.post(f"{GOVERNED}/admit", headers=await backend.request_headers(
+            "admit", key, g), json={"scope": scope_body(key), "generation": g, "units": 2})
+        assert r.status_code == 200, r.text
+        await backend.save(key, g, [f"{sentinel} one", f"{sentinel} two"],
+                           [vec("one"), vec("two")])
+        hits = await backend.search(key, g, vec(sentinel), limit=5)
+        assert await refused(backend.save(key, g + 7, [sentinel], [vec(sentinel)])) \
+            == "request_not_redeemed"
+        page = (await client.get("/metrics")).text
+    finally:
+        await client.aclose()
+    after = _counters(page)
+
+    def delta(name: str) -> float:
+        return after.get(name, 0.0) - before.get(name, 0.0)
+
+    ops = "kagent_governed_memory_operations_total"
+    assert delta(f'{ops}{{operation="admit",outcome="ok"}}') == 1
+    assert delta(f'{ops}{{operation="save",outcome="ok"}}') == 1
+    assert delta(f'{ops}{{operation="search",outcome="ok"}}') == 1
+    assert delta(f'{ops}{{operation="save",outcome="request_not_redeemed"}}') == 1
+    assert delta(f'{ops}{{operation="generation",outcome="ok"}}') >= 1
+    assert delta('kagent_governed_memory_admitted_units_total{explicit="false"}') == 2
+    assert delta("kagent_governed_memory_entries_saved_total") == 2
+    assert delta("kagent_governed_memory_search_results_total") == len(hits) == 3
+    for secret in (sentinel, key.principal.subject, key.scope.room_id or "!", "my-agent",
+                   key.opaque_id, token.split(".")[1][:16]):
+        assert secret not in page, secret

@@ -26,7 +26,9 @@
 //	KAGENT_MEMORY_SCOPE_PUBLIC_KEYS[_FILE], KAGENT_MEMORY_SCOPE_ISSUER  as for the controller
 //	KGM_TESTSERVER_BIND       the listen address (default 127.0.0.1:0; a restart reuses one)
 //
-// The controller's logs go to standard output at debug level.
+// The controller's logs go to standard output at debug level. GET /metrics serves the
+// controller-runtime metrics registry (the controller serves it on its metrics listener), so
+// the tests can read the governed memory counters.
 //
 // It serves until its standard input is closed.
 package httpserver
@@ -43,11 +45,13 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/kagent-dev/kagent/go/api/v1alpha2"
 	coredatabase "github.com/kagent-dev/kagent/go/core/internal/database"
@@ -153,7 +157,10 @@ func TestGovernedMemoryTestServer(t *testing.T) {
 	if err != nil {
 		t.Fatalf("listen: %v", err)
 	}
-	srv := &http.Server{Handler: router}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(metrics.Registry, promhttp.HandlerOpts{}))
+	mux.Handle("/", router)
+	srv := &http.Server{Handler: mux}
 	go func() { _ = srv.Serve(listener) }()
 	if err := os.WriteFile(addrFile, []byte(listener.Addr().String()), 0o600); err != nil {
 		t.Fatalf("address file: %v", err)
