@@ -634,3 +634,33 @@ async def test_the_controller_meters_operations_without_ids_or_content(controlle
     for secret in (sentinel, key.principal.subject, key.scope.room_id or "!", "my-agent",
                    key.opaque_id, token.split(".")[1][:16]):
         assert secret not in page, secret
+
+
+# -- the consent's embedding dimension follows the Agent (0021) ------------------------------
+
+
+@controller_only
+async def test_a_consent_follows_its_agents_embedding_dimension(controller: str, db: Db) -> None:
+    """bge-agent's memory.embeddingDimension is 1024: the bridge's consent is recorded at 1024,
+    1024-d vectors are saved and searched, 768-d ones refused and nothing stored by them."""
+    client = httpx.AsyncClient(base_url=controller, timeout=30)
+    backend = HttpBackend(client, bridge_key=BRIDGE_KEY, issuer=ISSUER, local_server=LOCAL,
+                          agent_headers=agent_headers, bridge_headers=bridge_headers)
+    key = fresh_key("d", agent="bge-agent")
+    wide = [((i * 7919) % 97 - 48) / 48.0 for i in range(1024)]
+    try:
+        g = await backend.grant(key, PURPOSE)
+        assert db.scalar("SELECT embedding_dimension FROM memory_scope"
+                         " WHERE principal_subject = %s", [key.principal.subject]) == 1024
+        [entry] = await backend.save(key, g, ["uses a 1024-d embedder"], [wide])
+        assert [h[0] for h in await backend.search(key, g, wide)] == [entry]
+        assert await refused(backend.save(key, g, ["768"], [vec("768")])) == "invalid_embedding"
+        assert await refused(backend.search(key, g, vec("768"))) == "invalid_embedding"
+        assert db.rows_of(key) == 1
+        # an Agent without the field: 768, as before
+        other = fresh_key("d")
+        g2 = await backend.grant(other, PURPOSE)
+        assert await refused(backend.save(other, g2, ["wide"], [wide])) == "invalid_embedding"
+        assert await backend.save(other, g2, ["narrow"], [vec("narrow")])
+    finally:
+        await client.aclose()

@@ -39,7 +39,7 @@ ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "scripts" / "sync_patch_sql.py"
 PATCHES = ROOT / "patches" / "kagent-v0.9.11"
 SQL_DIR = ROOT / "kagent_governed_memory" / "sql"
-GO_SERIES = 20  # 0001-0020 (controller, CRD, chart); 0101-0105 are the Python runtime series
+GO_SERIES = 21  # 0001-0021 (controller, CRD, chart); 0101-0105 are the Python runtime series
 
 _spec = importlib.util.spec_from_file_location("sync_patch_sql", SCRIPT)
 assert _spec and _spec.loader
