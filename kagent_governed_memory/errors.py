@@ -67,6 +67,7 @@ class ReasonCode(StrEnum):
     ASSERTION_EXPIRED = "assertion_expired"
     ASSERTION_UNKNOWN_KEY = "assertion_unknown_key"
     ASSERTION_REPLAYED = "assertion_replayed"
+    REQUEST_NOT_REDEEMED = "request_not_redeemed"
     CONTEXT_MISMATCH = "context_mismatch"
     NOT_CONFIGURED = "memory_not_configured"
     NO_BINDING = "no_binding"
@@ -168,6 +169,9 @@ _DEFAULT_HINT: dict[ReasonCode, str] = {
     "key; add the bridge's new public key (kagent-governed-memory keys public-key)",
     ReasonCode.ASSERTION_REPLAYED: "the scope assertion was already used; the bridge signs one "
     "per request",
+    ReasonCode.REQUEST_NOT_REDEEMED: "the controller serves a request's calls only for the "
+    "scope and generation its assertion redeemed (at /generation), until 120 s past the "
+    "assertion's exp; redeem the request's assertion first and send the generation it returned",
     ReasonCode.CONTEXT_MISMATCH: "the scope assertion was signed for another A2A context",
     ReasonCode.NO_BINDING: "no memory_request() binding is active for this request: the "
     "runtime wraps each request in memory_request(token, public_keys=..., issuer=..., "
@@ -346,6 +350,7 @@ _SQLSTATE: dict[str, tuple[type[GovernanceError], ReasonCode]] = {
     "KGR02": (StoreUnavailable, ReasonCode.OPERATOR_ROLE_MISSING),
     "KGJ01": (ScopeDenied, ReasonCode.ASSERTION_REPLAYED),
     "KGJ02": (ScopeDenied, ReasonCode.ASSERTION_EXPIRED),
+    "KGJ03": (ScopeDenied, ReasonCode.REQUEST_NOT_REDEEMED),
     "42501": (StoreUnavailable, ReasonCode.PERMISSION_DENIED),  # insufficient_privilege
     "KGX01": (InvalidInput, ReasonCode.TRANSACTION_REFUSED),
     "22021": (InvalidInput, ReasonCode.INVALID_TEXT),  # character_not_in_repertoire

@@ -14,6 +14,11 @@ implementations, one suite").
   ``X-Agent-Name`` and a bridge-signed scope assertion for the key (``x-kagent-memory-scope``);
   refusals are kagent's ``{"error": "<reason_code>"}``.
 
+A request's calls are bound to its assertion's redemption (vector migration 000011), so both
+controller backends call as a request does: the assertion is redeemed at ``/generation`` first,
+and a later call for that key and generation carries the assertion that captured it (the work
+of one request, e.g. a save under the generation an earlier redemption captured).
+
 Both answer with plain values and raise ``Refused(reason)`` with the contract's reason code, so
 a scenario cannot tell them apart except by what they do.
 """
@@ -131,6 +136,8 @@ def scope_body(key: ScopeKey) -> dict[str, Any]:
             "kind": key.scope.kind.value, "room_id": key.scope.room_id or ""}
 
 
+_LATEST = -1  # a call without a generation: a new request
+
 # Who calls which route: the agent runtime or the bridge.
 RUNTIME_ROUTES = frozenset({"generation", "admit", "entries", "search", "forget"})
 BRIDGE_ROUTES = frozenset({"consent", "status", "inspect", "forget-all", "withdraw", "offboard"})
@@ -147,6 +154,8 @@ class HttpBackend:
         self.client, self.bridge_key, self.issuer = client, bridge_key, issuer
         self.local_server = local_server
         self.agent_headers, self.bridge_headers = agent_headers, bridge_headers
+        # (key, captured generation) -> the assertion its redemption captured it with
+        self.requests: dict[tuple[str, int | None], str] = {}
 
     def assertion(self, key: ScopeKey) -> str:
         """The bridge's assertion for one request on ``key`` (single use at /generation)."""
@@ -162,11 +171,37 @@ class HttpBackend:
                     "x-kagent-memory-scope": self.assertion(key)}
         return self.bridge_headers()
 
-    async def _post(self, route: str, key: ScopeKey | None, **body: Any) -> Any:
+    async def redeem(self, key: ScopeKey) -> tuple[str, int | None]:
+        """A new request on ``key``: its assertion, redeemed at /generation, and the generation
+        it captured."""
+        token = self.assertion(key)
+        data = await self._post("generation", key, _token=token)
+        self.requests[(repr(key), data["generation"])] = token
+        return token, data["generation"]
+
+    async def request_token(self, key: ScopeKey, generation: int | None) -> str:
+        """The assertion of the request that captured ``generation`` for ``key`` (a new request
+        redeemed now when there is none: its calls then send a generation it did not capture)."""
+        token = self.requests.get((repr(key), generation))
+        if token is None:
+            token, _ = await self.redeem(key)
+        return token
+
+    async def request_headers(self, route: str, key: ScopeKey, generation: int | None
+                              ) -> dict[str, str]:
+        return {**self.agent_headers(key.agent.namespace, key.agent.name),
+                "x-kagent-memory-scope": await self.request_token(key, generation)}
+
+    async def _post(self, route: str, key: ScopeKey | None, _token: str | None = None,
+                    **body: Any) -> Any:
+        headers = self.headers(route, key)
         if key is not None:
             body["scope"] = scope_body(key)
-        r = await self.client.post(f"{self.BASE}/{route}", json=body,
-                                   headers=self.headers(route, key))
+            if _token is None and route in RUNTIME_ROUTES and route != "generation":
+                _token = await self.request_token(key, body.get("generation", _LATEST))
+            if _token is not None:
+                headers["x-kagent-memory-scope"] = _token
+        r = await self.client.post(f"{self.BASE}/{route}", json=body, headers=headers)
         data = r.json() if r.content else None
         if r.status_code >= 400:
             reason = data.get("error") if isinstance(data, dict) else None
@@ -177,7 +212,7 @@ class HttpBackend:
         return int((await self._post("consent", key, purpose=purpose))["generation"])
 
     async def generation(self, key: ScopeKey) -> int | None:
-        return (await self._post("generation", key))["generation"]
+        return (await self.redeem(key))[1]
 
     async def save(self, key: ScopeKey, generation: int | None, facts: list[str],
                    vectors: list[list[float]]) -> list[str]:
@@ -194,7 +229,9 @@ class HttpBackend:
         return [(e["id"], e["content"]) for e in data["entries"]]
 
     async def forget(self, key: ScopeKey, entry_id: str) -> Erasure:
-        data = await self._post("forget", key, entry_id=entry_id)
+        # the agent's delete_memory within a new request (forget sends no generation)
+        token, _ = await self.redeem(key)
+        data = await self._post("forget", key, _token=token, entry_id=entry_id)
         return Erasure(int(data["deleted"]), bool(data["verified"]))
 
     async def withdraw(self, key: ScopeKey) -> Erasure:
@@ -227,6 +264,8 @@ class KagentBackend(LibraryBackend):
         self.bridge = KagentBridgeStore(url, local_server=local_server, token=bridge_token)
         super().__init__(self.bridge, self.bridge)  # type: ignore[arg-type]
         self.runtimes: dict[AgentIdentity, KagentControllerStore] = {}
+        self.requests: dict[tuple[str, int | None], str] = {}
+        self.contexts: dict[str, str] = {}
 
     async def aclose(self) -> None:
         await self.bridge.aclose()
@@ -241,35 +280,66 @@ class KagentBackend(LibraryBackend):
         return self.runtimes[agent]
 
     @contextmanager
-    def request(self, key: ScopeKey) -> Iterator[ScopeAssertion]:
-        """One agent request on ``key``, bound as the runtime binds it (verified token)."""
-        context = f"ctx-{secrets.token_hex(8)}"
-        token = sign_scope_assertion(key, private_key=self.bridge_key, issuer=self.issuer,
-                                     audience=[self.local_server], context_id=context,
-                                     lifetime=timedelta(seconds=60))
+    def request(self, key: ScopeKey, token: str | None = None
+                ) -> Iterator[ScopeAssertion]:
+        """One agent request on ``key``, bound as the runtime binds it (verified token): a new
+        one, or the request of ``token``."""
+        if token is None:
+            token = sign_scope_assertion(key, private_key=self.bridge_key, issuer=self.issuer,
+                                         audience=[self.local_server],
+                                         context_id=f"ctx-{secrets.token_hex(8)}",
+                                         lifetime=timedelta(seconds=60))
+        context = self.contexts.setdefault(token, _context_of(token))
         with memory_request(token, public_keys=self.public_keys, issuer=self.issuer,
                             agent=key.agent, context_id=context) as binding:
             assert binding.assertion is not None, binding.reason
             yield binding.assertion
 
+    async def redeem(self, key: ScopeKey) -> tuple[str, int | None]:
+        """A new request on ``key``, its assertion redeemed: (the token, the generation)."""
+        token = sign_scope_assertion(key, private_key=self.bridge_key, issuer=self.issuer,
+                                     audience=[self.local_server],
+                                     context_id=f"ctx-{secrets.token_hex(8)}",
+                                     lifetime=timedelta(seconds=60))
+        with self.request(key, token) as assertion:
+            generation = await self._call(self.runtime(key.agent).redeem(assertion))
+        self.requests[(repr(key), generation)] = token
+        return token, generation
+
+    async def request_token(self, key: ScopeKey, generation: int | None) -> str:
+        """The request that captured ``generation`` for ``key`` (see ``HttpBackend``)."""
+        token = self.requests.get((repr(key), generation))
+        if token is None:
+            token, _ = await self.redeem(key)
+        return token
+
     async def generation(self, key: ScopeKey) -> int | None:
-        with self.request(key) as assertion:
-            return await self._call(self.runtime(key.agent).redeem(assertion))
+        return (await self.redeem(key))[1]
 
     async def save(self, key: ScopeKey, generation: int | None, facts: list[str],
                    vectors: list[list[float]]) -> list[str]:
-        with self.request(key):
+        with self.request(key, await self.request_token(key, generation)):
             return await self._call(self.runtime(key.agent).save(
                 key, generation, facts=facts, embeddings=vectors))
 
     async def search(self, key: ScopeKey, generation: int | None, vector: list[float],
                      limit: int = 5) -> list[tuple[str, str]]:
-        with self.request(key):
+        with self.request(key, await self.request_token(key, generation)):
             hits = await self._call(self.runtime(key.agent).search(key, generation, vector,
                                                                    limit=limit))
         return [(h.id, h.text) for h in hits]
 
     async def forget(self, key: ScopeKey, entry_id: str) -> Erasure:
-        with self.request(key):  # the agent's delete_memory: the runtime route
+        token, _ = await self.redeem(key)
+        with self.request(key, token):  # the agent's delete_memory: the runtime route
             r = await self._call(self.runtime(key.agent).forget(key, entry_id))
         return Erasure(r.deleted, r.verified)
+
+
+def _context_of(token: str) -> str:
+    """The A2A context id a token was signed for (its ``ctx`` claim, read unverified: the
+    binding verifies it)."""
+    import base64
+    import json
+    payload = token.split(".")[1]
+    return str(json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))["ctx"])

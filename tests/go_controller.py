@@ -28,7 +28,8 @@ Callers authenticate as the controller requires (projected ServiceAccount tokens
 TokenReview): the overlay's fake TokenReview accepts the fixed test tokens
 ``service_account_token(namespace, name)``; ``agent_headers`` and ``bridge_headers`` give the
 headers of an agent runtime (its ServiceAccount's token and kagent's ``X-Agent-Name``) and of the
-bridge (``BRIDGE_SERVICE_ACCOUNT``).  The Agents the server knows are ``AGENTS``.
+bridge (``BRIDGE_SERVICE_ACCOUNT``).  The Agents the server knows are ``AGENTS``; those in
+``AGENT_EMBEDDING_DIMENSIONS`` are governed with that ``memory.embeddingDimension``.
 """
 
 from __future__ import annotations
@@ -57,7 +58,9 @@ TAG = "v0.9.11"
 TOKEN_PREFIX = "kgm-test-sa:"
 BRIDGE_SERVICE_ACCOUNT = ("kagent", "matrix-bridge")
 AGENTS = (("kagent", "my-agent"), ("kagent", "agent-a"), ("kagent", "agent-b"),
-          ("kagent", "other-agent"))
+          ("kagent", "other-agent"), ("kagent", "bge-agent"))
+# Agents whose spec.declarative.memory has mode governed and this embeddingDimension.
+AGENT_EMBEDDING_DIMENSIONS = {("kagent", "bge-agent"): 1024}
 
 
 def service_account_token(namespace: str, name: str) -> str:
@@ -180,7 +183,10 @@ class ControllerProcess:
         _, self.binary, _ = build()
         self.tmp, self.bind = tmp, "127.0.0.1:0"
         self.env = {"KGM_TESTSERVER_BRIDGE_SERVICE_ACCOUNTS": "/".join(BRIDGE_SERVICE_ACCOUNT),
-                    "KGM_TESTSERVER_AGENTS": ",".join(f"{ns}/{name}" for ns, name in AGENTS),
+                    "KGM_TESTSERVER_AGENTS": ",".join(
+                        f"{ns}/{name}" + (f"@{AGENT_EMBEDDING_DIMENSIONS[ns, name]}"
+                                          if (ns, name) in AGENT_EMBEDDING_DIMENSIONS else "")
+                        for ns, name in AGENTS),
                     **os.environ, **(env or {}), "KGM_TESTSERVER_DSN": dsn,
                     "KGM_TESTSERVER_LOCAL_SERVER": local_server}
         if sessions_dsn is not None:  # kagent's main API (sessions, tasks) on a second port

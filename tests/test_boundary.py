@@ -41,6 +41,9 @@ ENTRY_POINTS = {
     "memory_clear", "memory_verify_erasure", "memory_record_failure", "memory_configure",
     "memory_admit", "memory_store_report", "memory_sweep",
     "memory_schema_version", "memory_redeem_assertion", "memory_search_many",
+    # the kagent controller's calls of one request, bound to its redemption (000011)
+    "memory_save_bound", "memory_search_bound", "memory_search_many_bound",
+    "memory_admit_bound", "memory_forget_bound",
 }
 HELPER_CALLS = [
     "SELECT memory_scope_row('matrix','@a:example.org','kagent','a','control_room','!r')",
@@ -50,6 +53,8 @@ HELPER_CALLS = [
     "SELECT memory_principal_ref('matrix','@a:example.org')",
     "SELECT memory_audit_write(NULL, 'x', 'y', NULL, NULL)",
     "SELECT memory_unblock_principal('matrix','@a:example.org')",
+    "SELECT memory_redeemed_generation('aaaaaaaaaaaaaaaaaaaa','matrix','@a:example.org',"
+    "'kagent','a','control_room','!r',1)",
 ]
 
 
@@ -612,3 +617,115 @@ async def test_operator_entry_points_belong_to_the_operator_role_only(store, dat
             " WHERE rolname IN ('kgm_operator', 'kagent_memory_operator')").fetchall()
     assert sorted(roles) == [("kagent_memory_operator", False, False, False),
                              ("kgm_operator", False, False, False)]
+
+
+# -- a request's calls are bound to its redemption (000011) -----------------------------------
+
+_BOUND = {
+    "save": "SELECT * FROM memory_save_bound(%s, %s, %s, %s, %s, %s, %s, %s, %s,"
+            " ARRAY['injected'], ARRAY[%s::vector])",
+    "search": "SELECT * FROM memory_search_bound(%s, %s, %s, %s, %s, %s, %s, %s, %s,"
+              " %s::vector, 5)",
+    "search_many": "SELECT * FROM memory_search_many_bound(%s, %s, %s, %s, %s, %s, %s, %s, %s,"
+                   " ARRAY[%s::vector], 5)",
+    "admit": "SELECT memory_admit_bound(%s, %s, %s, %s, %s, %s, %s, %s, %s, ARRAY['scope:x'],"
+             " ARRAY[1.0::float8], ARRAY[60.0::float8], ARRAY[60.0::float8],"
+             " ARRAY[3600.0::float8], NULL)",
+}
+
+
+def _bound(conn, op: str, jti: str, key, generation) -> list:
+    params = [jti, *_key_args(key), generation, VERSION]
+    if op != "admit":
+        params.append(_vector_literal("alice fact"))
+    return conn.execute(_BOUND[op], params).fetchall()
+
+
+def _redeem(conn, key, *, jti: str | None = None, classification: str = "personal") -> tuple:
+    import secrets
+    jti = jti or secrets.token_urlsafe(16)
+    g = conn.execute("SELECT memory_redeem_assertion(%s, now() + interval '60 seconds',"
+                     " %s, %s, %s, %s, %s, %s, %s, %s, ARRAY['example.org'])",
+                     [jti, *_key_args(key), VERSION, classification]).fetchone()[0]
+    return jti, g
+
+
+async def test_bound_calls_serve_only_their_redemption(store, two_scopes, database):
+    """A hostile client with the service login: a bound call with a jti never redeemed, another
+    scope's redemption, or any generation but the captured one is refused (KGJ03) whatever the
+    scope's current generation; nothing is read, written or consumed."""
+    alice, bob = two_scopes
+    import secrets
+    with app(database) as conn:
+        jti, g = _redeem(conn, alice)
+        assert g is not None
+        assert _bound(conn, "search", jti, alice, g)  # the redemption itself is served
+        before = (physical_rows(database), database.scalar(
+            "SELECT count(*) FROM memory_admission_bucket"))
+        for op in _BOUND:
+            with pytest.raises(psycopg.Error) as err:
+                _bound(conn, op, secrets.token_urlsafe(16), alice, g)  # never redeemed
+            assert err.value.sqlstate == "KGJ03", op
+            with pytest.raises(psycopg.Error) as err:
+                _bound(conn, op, jti, bob, g)  # alice's redemption on bob's scope
+            assert err.value.sqlstate == "KGJ03", op
+            for guess in (g + 1, g - 1, 0, 99):
+                with pytest.raises(psycopg.Error) as err:
+                    _bound(conn, op, jti, alice, guess)
+                assert err.value.sqlstate == "KGJ03", (op, guess)
+        for guess in (g + 1, 0, 99):
+            assert refused(conn, "SELECT * FROM memory_forget_bound(%s, %s, %s, %s, %s, %s, %s,"
+                                 " %s, gen_random_uuid())",
+                           [jti, *_key_args(alice), guess]) == "KGJ03"
+        assert refused(conn, "SELECT * FROM memory_forget_bound(%s, %s, %s, %s, %s, %s, %s,"
+                             " NULL, gen_random_uuid())",
+                       [jti, *_key_args(bob)]) == "KGJ03"
+    after = (physical_rows(database),
+             database.scalar("SELECT count(*) FROM memory_admission_bucket"))
+    assert after == before
+    # consent moves on: the redeemed generation is stale, a guessed one still learns nothing
+    await store.withdraw(alice)
+    await store.grant(alice, purpose=PURPOSE)
+    g2 = await store.generation(alice)
+    with app(database) as conn:
+        with pytest.raises(psycopg.Error) as err:
+            _bound(conn, "save", jti, alice, g)
+        assert err.value.sqlstate == "KGS01"
+        with pytest.raises(psycopg.Error) as err:
+            _bound(conn, "save", jti, alice, g2)
+        assert err.value.sqlstate == "KGJ03"
+
+
+async def test_a_redemption_serves_until_work_until_then_nothing(store, two_scopes, database):
+    alice, _ = two_scopes
+    with app(database) as conn:
+        jti, g = _redeem(conn, alice)
+        # work_until is exp + 120 s, and the row is forgotten then (the sweep)
+        assert database.scalar("SELECT work_until - forget_at FROM memory_assertion_use"
+                               " WHERE jti = %s", [jti]).total_seconds() == 0
+        assert database.scalar("SELECT generation FROM memory_assertion_use WHERE jti = %s",
+                               [jti]) == g
+        assert _bound(conn, "save", jti, alice, g)
+        with database.admin() as owner:
+            owner.execute("UPDATE memory_assertion_use SET work_until = now() - interval '1 s'"
+                          " WHERE jti = %s", [jti])
+        rows = physical_rows(database)
+        for op in _BOUND:
+            with pytest.raises(psycopg.Error) as err:
+                _bound(conn, op, jti, alice, g)
+            assert err.value.sqlstate == "KGJ03", op
+        assert physical_rows(database) == rows
+
+
+async def test_a_redemption_without_consent_serves_nothing(store, two_scopes, database):
+    """An assertion of another classification than the consent's captures no generation: its
+    bound calls are consent_required, whatever generation they send."""
+    alice, _ = two_scopes
+    g = await store.generation(alice)
+    with app(database) as conn:
+        jti, captured = _redeem(conn, alice, classification="work")
+        assert captured is None
+        for op in _BOUND:
+            with pytest.raises(psycopg.Error) as err:
+                _bound(conn, op, jti, alice, g)
+            assert err.value.sqlstate == "KGC01", op

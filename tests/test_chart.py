@@ -260,7 +260,8 @@ def test_sample_validates_against_the_patched_crds(env: Env) -> None:
     assert [(r["kind"], r["errors"]) for r in results] == [
         ("ModelConfig", []), ("ModelConfig", []), ("Agent", [])]
     agent = results[2]["defaulted"]["spec"]["declarative"]
-    assert agent["memory"] == {"modelConfig": "governed-memory-demo-embedding", "mode": "governed"}
+    assert agent["memory"] == {"modelConfig": "governed-memory-demo-embedding", "mode": "governed",
+                               "embeddingDimension": 1024}
     assert agent["runtime"] == "python"
     embedding = results[0]["defaulted"]["spec"]
     assert embedding["provider"] == "OpenAI" and "apiKeySecret" not in embedding
@@ -296,6 +297,13 @@ CASES = [
     ("legacy-go", {"runtime": "go", "memory": {"modelConfig": "e", "mode": "legacy", "ttlDays": 3}},
      None),
     ("governed-python", {"memory": {"modelConfig": "e", "mode": "governed"}}, None),
+    ("governed-1024", {"memory": {"modelConfig": "e", "mode": "governed",
+                                  "embeddingDimension": 1024}}, None),
+    ("legacy-1024", {"memory": {"modelConfig": "e", "embeddingDimension": 1024}},
+     "embeddingDimension can only be set when mode is governed"),
+    ("governed-huge", {"memory": {"modelConfig": "e", "mode": "governed",
+                                  "embeddingDimension": 16001}},
+     "spec.declarative.memory.embeddingDimension"),
 ]
 
 

@@ -409,7 +409,8 @@ async def test_agent_tokens_are_refused_on_bridge_routes_and_change_nothing(cont
 
 async def _search(client: httpx.AsyncClient, backend: HttpBackend, key: ScopeKey,
                   generation: int, **query: Any) -> httpx.Response:
-    return await client.post(f"{GOVERNED}/search", headers=backend.headers("search", key),
+    return await client.post(f"{GOVERNED}/search",
+                             headers=await backend.request_headers("search", key, generation),
                              json={"scope": scope_body(key), "generation": generation,
                                    "limit": 5, **query})
 
@@ -467,5 +468,199 @@ async def test_the_bridge_forgets_one_entry_without_an_assertion(controller: str
         r = await client.post(f"{GOVERNED}/forget", headers=agent_headers("kagent", "my-agent"),
                               json={"scope": scope_body(key), "entry_id": entry})
         assert (r.status_code, r.json()) == (403, {"error": "assertion_missing"})
+    finally:
+        await client.aclose()
+
+
+# -- every call bound to its redemption (0019, vector migration 000011) ---------------------
+
+_BOUND_ROUTES = ["admit", "entries", "search", "forget"]
+
+
+def _bound_body(key: ScopeKey, generation: int, entry: str) -> dict[str, Any]:
+    return {"scope": scope_body(key), "generation": generation, "units": 1, "entry_id": entry,
+            "vector": vec("a private fact"), "limit": 5,
+            "items": [{"content": "injected", "vector": vec("injected")}]}
+
+
+async def _bound_answers(client: httpx.AsyncClient, key: ScopeKey, token: str, entry: str,
+                         generations: list[int]) -> list[tuple[str, int, int, Any]]:
+    out = []
+    for route in _BOUND_ROUTES:
+        for generation in generations:
+            r = await client.post(f"{GOVERNED}/{route}", json=_bound_body(key, generation, entry),
+                                  headers={**agent_headers("kagent", "my-agent"),
+                                           "x-kagent-memory-scope": token})
+            out.append((route, generation, r.status_code, r.json()))
+    return out
+
+
+@controller_only
+async def test_a_redeemed_assertion_serves_only_the_generation_it_captured(controller: str,
+                                                                           db: Db) -> None:
+    """Redeem assertion A at generation g; then /admit, /entries, /search and /forget with A
+    and any other generation are refused alike (request_not_redeemed), nothing is read or
+    written, and the answer does not change when consent moves on."""
+    key, backend, client = await _seeded(controller)
+    try:
+        token, g = await backend.redeem(key)
+        assert g is not None
+        [(entry, _)] = await backend.inspect(key)
+        guesses = [g + 1, g - 1, 0, 99]
+        before = _state(db)
+        answers = await _bound_answers(client, key, token, entry, guesses)
+        assert {(s, b["error"]) for *_, s, b in answers} == {(403, "request_not_redeemed")}
+        assert _state(db) == before and db.rows_of(key) == 1
+        # an assertion never redeemed, with the scope's real generation
+        never = await _bound_answers(client, key, backend.assertion(key), entry, [g])
+        assert {(s, b["error"]) for *_, s, b in never} == {(403, "request_not_redeemed")}
+        assert _state(db) == before
+        # consent moves on (forget-all advances the generation): the same answers
+        await backend._post("forget-all", key)
+        assert (await backend.status(key))["generation"] == g + 1
+        moved = await _bound_answers(client, key, token, entry, guesses)
+        assert [a[2:] for a in moved] == [a[2:] for a in answers]
+        # the redeemed generation itself is now stale, as before
+        r = await client.post(f"{GOVERNED}/search", json=_bound_body(key, g, entry),
+                              headers={**agent_headers("kagent", "my-agent"),
+                                       "x-kagent-memory-scope": token})
+        assert (r.status_code, r.json()) == (409, {"error": "stale_generation"})
+    finally:
+        await client.aclose()
+
+
+@controller_only
+async def test_a_redemption_past_its_work_until_serves_nothing(controller: str, db: Db) -> None:
+    key, backend, client = await _seeded(controller)
+    try:
+        token, g = await backend.redeem(key)
+        assert g is not None
+        [(entry, _)] = await backend.inspect(key)
+        assert db.scalar("SELECT count(*) FROM memory_assertion_use"
+                         " WHERE generation = %s AND work_until = forget_at", [g]) >= 1
+        with psycopg.connect(db.owner, autocommit=True) as conn:  # the owner's clock hand
+            conn.execute("UPDATE memory_assertion_use SET work_until = now() - interval '1 s'"
+                         " WHERE work_until > now()")
+        before = _state(db)
+        answers = await _bound_answers(client, key, token, entry, [g])
+        assert {(s, b["error"]) for *_, s, b in answers} == {(403, "request_not_redeemed")}
+        assert _state(db) == before and db.rows_of(key) == 1
+    finally:
+        await client.aclose()
+
+
+@controller_only
+async def test_an_expired_assertion_still_serves_its_redeemed_request(controller: str,
+                                                                       db: Db) -> None:
+    """Background work (an auto-save) after the request's assertion expired: served until
+    work_until (exp + 120 s); /generation still refuses the expired assertion."""
+    import time
+    from datetime import timedelta
+
+    from kagent_governed_memory.assertion import sign_scope_assertion
+    key, backend, client = await _seeded(controller)
+    try:
+        token = sign_scope_assertion(key, private_key=BRIDGE_KEY, issuer=ISSUER,
+                                     audience=[LOCAL], context_id="ctx-autosave",
+                                     lifetime=timedelta(seconds=1))
+        headers = {**agent_headers("kagent", "my-agent"), "x-kagent-memory-scope": token}
+        r = await client.post(f"{GOVERNED}/generation", json={"scope": scope_body(key)},
+                              headers=headers)
+        assert r.status_code == 200, r.text
+        g = r.json()["generation"]
+        time.sleep(7.0)  # past exp and the controller's 5 s leeway
+        r = await client.post(f"{GOVERNED}/entries", headers=headers, json={
+            "scope": scope_body(key), "generation": g,
+            "items": [{"content": "cycles to work", "vector": vec("cycles to work")}]})
+        assert r.status_code == 201, r.text
+        assert db.rows_of(key) == 2
+        late = backend.assertion(key)  # an unredeemed assertion is not helped by the allowance
+        r = await client.post(f"{GOVERNED}/entries", headers={**headers,
+                                                              "x-kagent-memory-scope": late},
+                              json={"scope": scope_body(key), "generation": g,
+                                    "items": [{"content": "x", "vector": vec("x")}]})
+        assert (r.status_code, r.json()) == (403, {"error": "request_not_redeemed"})
+    finally:
+        await client.aclose()
+
+
+# -- metering (0020) ---------------------------------------------------------------------------
+
+
+def _counters(text: str) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith("kagent_governed_memory_"):
+            name, value = line.rsplit(" ", 1)
+            out[name] = float(value)
+    return out
+
+
+@controller_only
+async def test_the_controller_meters_operations_without_ids_or_content(controller: str,
+                                                                       db: Db) -> None:
+    """The governed counters on the controller's metrics registry move with the calls, and
+    the whole /metrics page names no principal, room, agent, assertion or memory content."""
+    sentinel = f"sentinel-{secrets.token_hex(6)}"
+    key, backend, client = await _seeded(controller)
+    try:
+        before = _counters((await client.get("/metrics")).text)
+        token, g = await backend.redeem(key)
+        r = await client.post(f"{GOVERNED}/admit", headers=await backend.request_headers(
+            "admit", key, g), json={"scope": scope_body(key), "generation": g, "units": 2})
+        assert r.status_code == 200, r.text
+        await backend.save(key, g, [f"{sentinel} one", f"{sentinel} two"],
+                           [vec("one"), vec("two")])
+        hits = await backend.search(key, g, vec(sentinel), limit=5)
+        assert await refused(backend.save(key, g + 7, [sentinel], [vec(sentinel)])) \
+            == "request_not_redeemed"
+        page = (await client.get("/metrics")).text
+    finally:
+        await client.aclose()
+    after = _counters(page)
+
+    def delta(name: str) -> float:
+        return after.get(name, 0.0) - before.get(name, 0.0)
+
+    ops = "kagent_governed_memory_operations_total"
+    assert delta(f'{ops}{{operation="admit",outcome="ok"}}') == 1
+    assert delta(f'{ops}{{operation="save",outcome="ok"}}') == 1
+    assert delta(f'{ops}{{operation="search",outcome="ok"}}') == 1
+    assert delta(f'{ops}{{operation="save",outcome="request_not_redeemed"}}') == 1
+    assert delta(f'{ops}{{operation="generation",outcome="ok"}}') >= 1
+    assert delta('kagent_governed_memory_admitted_units_total{explicit="false"}') == 2
+    assert delta("kagent_governed_memory_entries_saved_total") == 2
+    assert delta("kagent_governed_memory_search_results_total") == len(hits) == 3
+    for secret in (sentinel, key.principal.subject, key.scope.room_id or "!", "my-agent",
+                   key.opaque_id, token.split(".")[1][:16]):
+        assert secret not in page, secret
+
+
+# -- the consent's embedding dimension follows the Agent (0021) ------------------------------
+
+
+@controller_only
+async def test_a_consent_follows_its_agents_embedding_dimension(controller: str, db: Db) -> None:
+    """bge-agent's memory.embeddingDimension is 1024: the bridge's consent is recorded at 1024,
+    1024-d vectors are saved and searched, 768-d ones refused and nothing stored by them."""
+    client = httpx.AsyncClient(base_url=controller, timeout=30)
+    backend = HttpBackend(client, bridge_key=BRIDGE_KEY, issuer=ISSUER, local_server=LOCAL,
+                          agent_headers=agent_headers, bridge_headers=bridge_headers)
+    key = fresh_key("d", agent="bge-agent")
+    wide = [((i * 7919) % 97 - 48) / 48.0 for i in range(1024)]
+    try:
+        g = await backend.grant(key, PURPOSE)
+        assert db.scalar("SELECT embedding_dimension FROM memory_scope"
+                         " WHERE principal_subject = %s", [key.principal.subject]) == 1024
+        [entry] = await backend.save(key, g, ["uses a 1024-d embedder"], [wide])
+        assert [h[0] for h in await backend.search(key, g, wide)] == [entry]
+        assert await refused(backend.save(key, g, ["768"], [vec("768")])) == "invalid_embedding"
+        assert await refused(backend.search(key, g, vec("768"))) == "invalid_embedding"
+        assert db.rows_of(key) == 1
+        # an Agent without the field: 768, as before
+        other = fresh_key("d")
+        g2 = await backend.grant(other, PURPOSE)
+        assert await refused(backend.save(other, g2, ["wide"], [wide])) == "invalid_embedding"
+        assert await backend.save(other, g2, ["narrow"], [vec("narrow")])
     finally:
         await client.aclose()

@@ -120,14 +120,22 @@ def test_migration_files_follow_upstream_conventions():
             name, "use CREATE OR REPLACE so re-running is safe")
 
 
+# The kagent controller's own statements (000011): a request's calls bound to its redemption.
+# The library never serves a controller's routes; tests/test_boundary.py calls them as SQL.
+CONTROLLER_ONLY = {"SaveMemoryEntriesBound", "SearchMemoryEntriesBound",
+                   "SearchMemoryEntriesManyBound", "AdmitMemoryWorkBound",
+                   "ForgetMemoryEntryBound"}
+
+
 def test_every_named_query_is_used_by_the_library():
     package = resources.files("kagent_governed_memory")
     store_src = "".join(p.read_text() for p in package.iterdir() if p.name.endswith(".py"))
     text = resources.files("kagent_governed_memory").joinpath("sql", "queries.sql").read_text()
     names = re.findall(r"^-- name: (\w+) :(?:one|many|exec)$", text, re.MULTILINE)
     assert len(names) == len(set(names)) >= 13
+    assert CONTROLLER_ONLY <= set(names)
     for name in names:
-        assert f'"{name}"' in store_src, name
+        assert (f'"{name}"' in store_src) != (name in CONTROLLER_ONLY), name
         assert re.search(r"\$\d", _sql.query(name)) or name in (
             "SweepExpiredMemory", "GetMemoryStoreReport", "GetMemorySchemaVersion")
 

@@ -39,7 +39,7 @@ ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "scripts" / "sync_patch_sql.py"
 PATCHES = ROOT / "patches" / "kagent-v0.9.11"
 SQL_DIR = ROOT / "kagent_governed_memory" / "sql"
-GO_SERIES = 18  # 0001-0018 (controller, CRD, chart); 0101-0105 are the Python runtime series
+GO_SERIES = 21  # 0001-0021 (controller, CRD, chart); 0101-0105 are the Python runtime series
 
 _spec = importlib.util.spec_from_file_location("sync_patch_sql", SCRIPT)
 assert _spec and _spec.loader
@@ -424,6 +424,18 @@ def _added_go(number: int, path: str) -> str:
 HANDLERS = "go/core/internal/httpserver/handlers/"
 
 
+def _later_go_lines(number: int, path: str) -> str:
+    """The lines later Go patches add to ``path`` (after the patch ``number`` created it)."""
+    out: list[str] = []
+    for patch in sorted(PATCHES.glob("00[0-9][0-9]-*.patch")):
+        if int(patch.name[:4]) > number:
+            section = sps.parse_patch(patch).section(path)
+            if section is not None:
+                out += [ln[1:] for _, lines in section.hunks for ln in lines
+                        if ln.startswith("+")]
+    return "\n".join(out)
+
+
 def test_go_policy_and_admission_mirror_the_library():
     go = _added_go(4, HANDLERS + "memory_governed.go")
     p = PROTOTYPE_POLICY
@@ -443,8 +455,10 @@ def test_go_policy_and_admission_mirror_the_library():
 
 def test_go_sqlstate_reasons_agree_with_the_library():
     go = _added_go(4, HANDLERS + "memory_governed.go")
+    later = _later_go_lines(4, HANDLERS + "memory_governed.go")  # e.g. KGJ03 (0019)
     block = go.split("var governedSQLState = map[string]string{", 1)[1].split("}", 1)[0]
-    consts = dict(re.findall(r'^\t(reason\w+)\s+= "(\w+)"$', go, re.MULTILINE))
+    block += "\n" + later
+    consts = dict(re.findall(r'^\t(reason\w+)\s+= "(\w+)"$', go + "\n" + later, re.MULTILINE))
     mapping = {code: consts[const] for code, const in re.findall(r'"(\w{5})": (reason\w+),', block)}
     for code, reason in mapping.items():
         if code in _SQLSTATE:

@@ -180,13 +180,16 @@ async def test_only_the_service_role_may_execute(store, database):
     assert await store.search_many(key, gen, [vec("tea")])
 
 
-async def test_schema_version_is_10_and_down_removes_it(store, database):
+async def test_down_of_10_removes_it(store, database):
     from kagent_governed_memory import _sql
 
-    assert await store.schema_version() == 10
+    assert await store.schema_version() == _sql.migrations()[-1].version >= 10
     m = next(m for m in _sql.migrations() if m.version == 10)
+    later = [m for m in _sql.migrations() if m.version > 10]
     with psycopg.connect(database.owner_dsn, autocommit=True) as conn:
         with conn.transaction():
+            for newer in reversed(later):
+                conn.execute(newer.down)
             conn.execute(m.down)
             conn.execute("RESET search_path")
             assert conn.execute("SELECT to_regprocedure(%s)", [SIGNATURE]).fetchone()[0] is None
@@ -199,7 +202,11 @@ async def test_schema_version_is_10_and_down_removes_it(store, database):
             ).fetchone()[0]
             conn.execute(m.up)
             conn.execute("RESET search_path")
-        assert conn.execute("SELECT memory_schema_version()").fetchone()[0] == 10
+            assert conn.execute("SELECT memory_schema_version()").fetchone()[0] == 10
+            for newer in later:
+                conn.execute(newer.up)
+                conn.execute("RESET search_path")
+        assert conn.execute("SELECT memory_schema_version()").fetchone()[0] == m.version + len(later)
     assert await store.search_many(*(await _scope(store)), [vec("tea")])
 
 

@@ -1,6 +1,6 @@
 -- Every statement the library runs, in sqlc's `-- name: Name :kind` format with $n parameters,
 -- so the Go controller patch carries the same text (see patches/).  Each is one round trip and
--- one transaction; the rules live in the functions of migrations 000004-000010.
+-- one transaction; the rules live in the functions of migrations 000004-000011.
 -- Key parameters $1..$6: principal_issuer, principal_subject, agent_namespace, agent_name,
 -- scope_kind, room_id.  Run as a member of kagent_memory_service (EXECUTE on these functions,
 -- nothing else), except UnblockMemoryPrincipal, which only the owner may run.
@@ -30,6 +30,31 @@ FROM memory_search($1, $2, $3, $4, $5, $6, $7, $8, $9, $10);
 -- each row is tagged with the 1-based ordinal of its query (000010).
 SELECT query_ordinal, id, content, created_at, expires_at, distance
 FROM memory_search_many($1, $2, $3, $4, $5, $6, $7, $8, $9, $10);
+
+-- The runtime calls of one request, bound to its redemption (000011): $1 is the request's
+-- assertion `jti` (redeemed by RedeemScopeAssertion), then the parameters of the unbound
+-- statement above.  Served only for that redemption's scope and generation, until its
+-- work_until (`exp` + 120 s).  The kagent controller calls these.
+
+-- name: SaveMemoryEntriesBound :many
+SELECT id, created_at, expires_at
+FROM memory_save_bound($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11);
+
+-- name: SearchMemoryEntriesBound :many
+SELECT id, content, created_at, expires_at, distance
+FROM memory_search_bound($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11);
+
+-- name: SearchMemoryEntriesManyBound :many
+SELECT query_ordinal, id, content, created_at, expires_at, distance
+FROM memory_search_many_bound($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11);
+
+-- name: AdmitMemoryWorkBound :one
+SELECT memory_admit_bound($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)
+    AS refused;
+
+-- name: ForgetMemoryEntryBound :one
+-- $8 the generation the request sends, or NULL for the one its redemption captured.
+SELECT generation, deleted FROM memory_forget_bound($1, $2, $3, $4, $5, $6, $7, $8, $9);
 
 -- name: InspectMemoryEntries :many
 SELECT id, content, created_at, expires_at

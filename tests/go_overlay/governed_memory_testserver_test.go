@@ -13,7 +13,7 @@
 //
 // Agents (declarative, per-agent ServiceAccount named after the Agent) are
 // KGM_TESTSERVER_AGENTS ("ns/name,...", default kagent/my-agent,kagent/agent-a,kagent/agent-b,
-// kagent/other-agent); an agent calls with the token of ServiceAccount <ns>/<name> and
+// kagent/other-agent; "ns/name@1024" is a governed Agent with memory.embeddingDimension 1024); an agent calls with the token of ServiceAccount <ns>/<name> and
 // X-Agent-Name "<ns>__NS__<name>" (kagent's app name, '-' as '_'). The bridge ServiceAccounts
 // are KGM_TESTSERVER_BRIDGE_SERVICE_ACCOUNTS (default kagent/matrix-bridge), as
 // --governed-memory-bridge-service-accounts.
@@ -26,7 +26,9 @@
 //	KAGENT_MEMORY_SCOPE_PUBLIC_KEYS[_FILE], KAGENT_MEMORY_SCOPE_ISSUER  as for the controller
 //	KGM_TESTSERVER_BIND       the listen address (default 127.0.0.1:0; a restart reuses one)
 //
-// The controller's logs go to standard output at debug level.
+// The controller's logs go to standard output at debug level. GET /metrics serves the
+// controller-runtime metrics registry (the controller serves it on its metrics listener), so
+// the tests can read the governed memory counters.
 //
 // It serves until its standard input is closed.
 package httpserver
@@ -38,16 +40,19 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/kagent-dev/kagent/go/api/v1alpha2"
 	coredatabase "github.com/kagent-dev/kagent/go/core/internal/database"
@@ -131,9 +136,19 @@ func TestGovernedMemoryTestServer(t *testing.T) {
 		if !ok {
 			t.Fatalf("KGM_TESTSERVER_AGENTS: %q is not namespace/name", item)
 		}
+		declarative := &v1alpha2.DeclarativeAgentSpec{}
+		if base, dimension, governed := strings.Cut(name, "@"); governed {
+			n, err := strconv.Atoi(dimension)
+			if err != nil {
+				t.Fatalf("KGM_TESTSERVER_AGENTS: %q has no dimension after @", item)
+			}
+			name = base
+			declarative.Memory = &v1alpha2.MemorySpec{ModelConfig: "embedding", Mode: v1alpha2.MemoryModeGoverned,
+				EmbeddingDimension: int32(n)}
+		}
 		agents = append(agents, &v1alpha2.Agent{
 			ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
-			Spec:       v1alpha2.AgentSpec{Type: v1alpha2.AgentType_Declarative, Declarative: &v1alpha2.DeclarativeAgentSpec{}},
+			Spec:       v1alpha2.AgentSpec{Type: v1alpha2.AgentType_Declarative, Declarative: declarative},
 		})
 	}
 	kube := fake.NewClientBuilder().WithScheme(scheme).WithObjects(agents...).Build()
@@ -153,7 +168,10 @@ func TestGovernedMemoryTestServer(t *testing.T) {
 	if err != nil {
 		t.Fatalf("listen: %v", err)
 	}
-	srv := &http.Server{Handler: router}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(metrics.Registry, promhttp.HandlerOpts{}))
+	mux.Handle("/", router)
+	srv := &http.Server{Handler: mux}
 	go func() { _ = srv.Serve(listener) }()
 	if err := os.WriteFile(addrFile, []byte(listener.Addr().String()), 0o600); err != nil {
 		t.Fatalf("address file: %v", err)
