@@ -178,6 +178,18 @@ concurrently."""
 def compiled_report(kagent_runtime, postgresql_proc) -> dict:
     """The patched runtime against the patched kagent controller compiled from the Go series
     (tests/go_controller.py), on a database of its own: the same driver, the same gates."""
+    return _compiled_run(kagent_runtime, postgresql_proc, "patched")
+
+
+@pytest.fixture(scope="module")
+def compiled_dimension_report(kagent_runtime, postgresql_proc) -> dict:
+    """The ``dim1024`` scenario against the compiled controller, as its Agent kagent/bge-agent
+    (``memory.embeddingDimension: 1024`` in the overlay): the bridge grants on ``/consent``."""
+    return _compiled_run(kagent_runtime, postgresql_proc, "dim1024", agent="bge-agent")
+
+
+def _compiled_run(kagent_runtime, postgresql_proc, runtime: str, agent: str | None = None
+                  ) -> dict:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
     from go_controller import Unavailable, serve
 
@@ -199,10 +211,10 @@ def compiled_report(kagent_runtime, postgresql_proc) -> dict:
     asyncio.run(migrate(dsn["owner_dsn"], local_server="example.org"))
     server_env = {"KAGENT_MEMORY_SCOPE_PUBLIC_KEYS": public_key_pem(bridge).decode(),
                   "KAGENT_MEMORY_SCOPE_ISSUER": "https://bridge.example.org"}
-    log = kagent_runtime["logs"] / "patched-compiled.log"
+    log = kagent_runtime["logs"] / f"{runtime}-compiled.log"
     try:
         with serve(dsn["operator_dsn"], env=server_env,
-                   log=kagent_runtime["logs"] / "controller.log") as url:
+                   log=kagent_runtime["logs"] / f"controller-{runtime}.log") as url:
             env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
             env.update({
                 "PYTHONPATH": os.pathsep.join([str(kagent_runtime["patched"]), str(REPO),
@@ -212,9 +224,10 @@ def compiled_report(kagent_runtime, postgresql_proc) -> dict:
                 "KGM_TEST_OWNER_DSN": dsn["owner_dsn"], "KGM_TEST_LOG_FILE": str(log),
                 "KGM_TEST_CONTROLLER_URL": url,
                 "KGM_TEST_BRIDGE_KEY": private_key_pem(bridge).decode(),
+                **({"KGM_TEST_AGENT": agent} if agent else {}),
             })
             done = subprocess.run([str(kagent_runtime["python"]), str(HERE / "driver.py"),
-                                   "patched"], env=env, capture_output=True, text=True,
+                                   runtime], env=env, capture_output=True, text=True,
                                   timeout=DRIVER_TIMEOUT, check=False)
     except Unavailable as exc:
         pytest.skip(f"GO VERIFICATION NOT RUN: the compiled controller is unavailable ({exc})")
@@ -395,13 +408,21 @@ def test_patched_stalled_controller_one_generation_per_turn(patched):
     assert s["deadline_logged"] is True
 
 
-def test_patched_embedding_dimension_follows_the_consent(reports):
-    """Issue 23 item 5 (runtime), on the stand-in controller (the compiled controller of this
-    series records consents at 768): ``memory.embedding_dimension: 1024`` -- the provider is
-    asked for 1024, a 1024-d fact is saved under a consent recorded at 1024 and recalled into
-    the model's request; a provider answering 768 is refused (``embedding_dimension_mismatch``),
-    never fitted, and nothing is stored or recalled for that request."""
-    d = reports["dim1024"]["dimension"]
+@pytest.fixture(params=["stand-in", "compiled"])
+def dimension_report(request, reports) -> dict:
+    if request.param == "stand-in":
+        return reports["dim1024"]
+    return request.getfixturevalue("compiled_dimension_report")
+
+
+def test_patched_embedding_dimension_follows_the_consent(dimension_report):
+    """Issue 23 item 5: ``memory.embedding_dimension: 1024`` -- the provider is asked for 1024,
+    a 1024-d fact is saved under a consent recorded at 1024 (on the compiled controller: the
+    bridge's ``/consent`` for an Agent whose ``memory.embeddingDimension`` is 1024) and recalled
+    into the model's request; a provider answering 768 is refused
+    (``embedding_dimension_mismatch``), never fitted, and nothing is stored or recalled for that
+    request."""
+    d = dimension_report["dimension"]
     assert "Successfully saved" in d["saved"]
     assert d["fact_in_model_request"] is True and '\\"count\\": 1' in d["loaded"]
     assert d["stored_dims"] == [1024] and d["consented_dims"] == [1024]
@@ -410,7 +431,7 @@ def test_patched_embedding_dimension_follows_the_consent(reports):
     assert _no_memories(d["mismatch"]["load"])
     assert d["mismatch"]["rows"] == 0
     offending = {name: sorted(set(where) - THIRD_PARTY_DEBUG_DUMPS)
-                 for name, where in reports["dim1024"]["leaks"].items()}
+                 for name, where in dimension_report["leaks"].items()}
     assert all(not where for where in offending.values()), offending
 
 

@@ -48,8 +48,10 @@ from typing import Any
 RUNTIME = sys.argv[1] if len(sys.argv) > 1 else "patched"
 LOCAL = "example.org"
 ISSUER = "https://bridge.example.org"
-NAMESPACE, AGENT = "kagent", "my-agent"
-APP_NAME = "kagent__NS__my_agent"
+# KGM_TEST_AGENT: the Agent this runtime serves (default my-agent; the compiled controller's
+# overlay also knows kagent/bge-agent, whose memory.embeddingDimension is 1024).
+NAMESPACE, AGENT = "kagent", os.environ.get("KGM_TEST_AGENT") or "my-agent"
+APP_NAME = f"kagent__NS__{AGENT.replace('-', '_')}"
 
 os.environ.update({
     "LOG_LEVEL": "DEBUG",
@@ -177,7 +179,8 @@ DIMENSION = 1024 if RUNTIME == "dim1024" else None
 # The pod's projected ServiceAccount token (audience "kagent"), which kagent's
 # KAgentTokenService reads from /var/run/secrets/tokens/kagent-token; the stand-in controller's
 # fake TokenReview knows it as kagent/my-agent.
-POD_TOKEN = "kgm-test-sa:kagent:my-agent"  # the compiled overlay's fake TokenReview format
+POD_TOKEN = f"kgm-test-sa:kagent:{AGENT}"  # the compiled overlay's fake TokenReview format
+BRIDGE_TOKEN = "kgm-test-sa:kagent:matrix-bridge"  # a bridge ServiceAccount of the overlay
 SUMMARY_MARKER = "Summary (JSON List):"
 DRIVER_MEMORY_DEADLINE = 60.0  # the memory deadline the scenarios run under (see build())
 STALL_SECONDS = 3.0  # a stalled call's wait before the client's read timeout
@@ -841,7 +844,10 @@ async def run_dimension(h: Harness, store: GovernedMemoryStore, admin_dsn: str
     """memory.embedding_dimension 1024, a consent recorded at 1024: saved and recalled end to
     end with 1024-d vectors; a provider answering 768-d vectors is refused, never fitted."""
     key = make_key()
-    await store.grant(key, purpose="personal_preferences")
+    if CONTROLLER_URL:  # the bridge grants through the controller: the Agent's dimension
+        await _bridge_grant(key)
+    else:
+        await store.grant(key, purpose="personal_preferences")
     saved = await h.turn("dim", "SAVE I like white tea", key=key)
     loaded = await h.turn("dim", "LOAD white tea", key=key)
     loaded_request = h.model._instructions[-1] if h.model._instructions else ""
@@ -859,6 +865,21 @@ async def run_dimension(h: Harness, store: GovernedMemoryStore, admin_dsn: str
                           "requested": sorted(set(h.embedder.requested_dimensions) - {None}),
                           "mismatch": mismatch},
             "leaks": leaks({})}
+
+
+async def _bridge_grant(key: ScopeKey) -> int:
+    """Consent granted by the bridge on the compiled controller's /consent route, which records
+    it at the dimension of the scope's Agent (memory.embeddingDimension)."""
+    body = {"purpose": "personal_preferences",
+            "scope": {"principal": {"issuer": key.principal.issuer,
+                                    "subject": key.principal.subject},
+                      "agent_namespace": key.agent.namespace, "agent_name": key.agent.name,
+                      "kind": key.scope.kind.value, "room_id": key.scope.room_id or ""}}
+    async with httpx.AsyncClient(base_url=CONTROLLER_URL, timeout=30) as client:
+        r = await client.post("/api/memories/governed/consent", json=body,
+                              headers={"Authorization": f"Bearer {BRIDGE_TOKEN}"})
+    r.raise_for_status()
+    return int(r.json()["generation"])
 
 
 async def run_otel(h: Harness, store: GovernedMemoryStore, admin_dsn: str) -> dict[str, Any]:
