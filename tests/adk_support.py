@@ -65,6 +65,7 @@ class ScriptedLlm(BaseLlm):
     summaries: list[Any] = Field(default_factory=list)
     gate: Any = None  # an asyncio.Event the summariser waits for, when set
     on_chat: Any = None  # async (user_text) -> None, awaited while the agent "answers"
+    reply_text: str = "ok"  # the chat reply when no tool is called
     _calls: list[str] = PrivateAttr(default_factory=list)
     _requests: list[LlmRequest] = PrivateAttr(default_factory=list)
     _prompts: list[str] = PrivateAttr(default_factory=list)
@@ -110,7 +111,7 @@ class ScriptedLlm(BaseLlm):
             yield LlmResponse(content=types.Content(role="model", parts=[
                 types.Part(function_call=types.FunctionCall(name=name, args=args))]))
             return
-        yield _text("ok")
+        yield _text(self.reply_text)
 
 
 def _text(text: str) -> LlmResponse:

@@ -14,7 +14,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from adk_support import AGENT, ISSUER, PUBLIC_KEYS, build, context_id, save_plan, sign
-from conftest import make_key, open_store, physical_rows
+from conftest import make_key, open_store, physical_rows, save
 
 from kagent_governed_memory import AgentIdentity, ReasonCode
 from kagent_governed_memory.admission import Admission
@@ -145,6 +145,30 @@ async def test_service_withdraw_disables_first_so_the_fence_refuses_inflight_aut
     assert pending.result().reason in {ReasonCode.STALE_GENERATION, ReasonCode.CONSENT_REQUIRED}
     assert fenced()
     assert not h.service._tasks and physical_rows(database, key) == 0
+
+
+async def test_autosave_never_summarises_the_models_restatement_of_a_memory(store, database):
+    """The agent's reply restating a prefetched memory is not the user's word: the auto-save
+    summarises the user's turns only, so a fact forgotten meanwhile is not stored again (nor an
+    expiring one renewed) from the model's echo of it."""
+    h = build(store, summaries=['["Works on project Lighthouse"]'])
+    key = make_key()
+    await store.grant(key, purpose=PURPOSE)
+    secret = f"LOCKER-{secrets.token_hex(4)}"
+    [fact_id] = await save(store, key, f"My locker code is {secret}")
+
+    async def restate(_text: str) -> None:  # the reply echoes what the model was given
+        h.model.reply_text = str(h.model.requests[-1].config.system_instruction)
+
+    h.model.on_chat = restate
+    for text in FIVE_TURNS:
+        await h.turn(text, key=key, session="s2")
+    assert any(secret in str(r.config.system_instruction) for r in h.model.requests)
+    assert (await store.forget(key, fact_id)).deleted == 1  # forgotten while the window is open
+    await h.service.drain()
+    [prompt] = h.summariser_prompts
+    assert "Lighthouse" in prompt  # the user's own words are summarised
+    assert secret not in prompt, "the model's restatement of a memory was summarised"
 
 
 async def _until(condition, timeout: float = 5.0) -> None:

@@ -37,8 +37,12 @@ _MAX_TURNS = 64  # recorded, not yet summarised turns kept per session (bounded 
 
 
 def event_line(event: Event) -> str:
-    """``user: …`` / ``assistant: …`` for text turns; tool calls and tool responses (which
-    carry retrieved memories) and model thoughts are never summarised."""
+    """``user: …`` for the user's text turns: only what the user said is summarised.  The
+    agent's replies are not: they restate recalled and prefetched memories, and summarising
+    them would store a forgotten fact again, or renew an expiring one, from the model's echo.
+    Tool calls, tool responses (which carry retrieved memories) and thoughts never count."""
+    if event.author != "user":
+        return ""
     if getattr(event, "partial", False) or event.content is None or not event.content.parts:
         return ""
     text = " ".join(
@@ -47,7 +51,7 @@ def event_line(event: Event) -> str:
     ).strip()
     if not text:
         return ""
-    return f"{'user' if event.author == 'user' else 'assistant'}: {text}"
+    return f"user: {text}"
 
 
 def turns_of(raw: Any, who: Admitted) -> dict[str, Any]:
