@@ -391,7 +391,7 @@ async def test_agent_tokens_are_refused_on_bridge_routes_and_change_nothing(cont
                                   headers=agent_headers("kagent", "my-agent"))
             assert (r.status_code, r.json()) == (403, {"error": "forbidden"}), route
         for route in RUNTIME:  # and the bridge's token on the agent runtime routes
-            if route == "forget":  # the bridge forgets for its subject (0018): below
+            if route == "forget":  # the bridge forgets for its subject: below
                 continue
             r = await client.post(f"{GOVERNED}/{route}", json=_body(key, route),
                                   headers=bridge_headers())
@@ -404,7 +404,7 @@ async def test_agent_tokens_are_refused_on_bridge_routes_and_change_nothing(cont
                      [key.principal.subject]) is True
 
 
-# -- several query vectors in one request (0017) ---------------------------------------------
+# -- several query vectors in one request ---------------------------------------------------
 
 
 async def _search(client: httpx.AsyncClient, backend: HttpBackend, key: ScopeKey,
@@ -472,7 +472,7 @@ async def test_the_bridge_forgets_one_entry_without_an_assertion(controller: str
         await client.aclose()
 
 
-# -- every call bound to its redemption (0019, vector migration 000011) ---------------------
+# -- every call bound to its redemption (migration 000011) ------------------------------------
 
 _BOUND_ROUTES = ["admit", "entries", "search", "forget"]
 
@@ -584,7 +584,7 @@ async def test_an_expired_assertion_still_serves_its_redeemed_request(controller
         await client.aclose()
 
 
-# -- metering (0020) ---------------------------------------------------------------------------
+# -- metering ----------------------------------------------------------------------------------
 
 
 def _counters(text: str) -> dict[str, float]:
@@ -636,7 +636,7 @@ async def test_the_controller_meters_operations_without_ids_or_content(controlle
         assert secret not in page, secret
 
 
-# -- the consent's embedding dimension follows the Agent (0021) ------------------------------
+# -- the consent's embedding dimension follows the Agent ------------------------------------
 
 
 @controller_only

@@ -39,7 +39,7 @@ ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "scripts" / "sync_patch_sql.py"
 PATCHES = ROOT / "patches" / "kagent-v0.9.11"
 SQL_DIR = ROOT / "kagent_governed_memory" / "sql"
-GO_SERIES = 21  # 0001-0021 (controller, CRD, chart); 0101-0105 are the Python runtime series
+GO_SERIES = 12  # 0001-0012 (controller, CRD, chart); 0101-0103 are the Python runtime series
 
 _spec = importlib.util.spec_from_file_location("sync_patch_sql", SCRIPT)
 assert _spec and _spec.loader
@@ -53,6 +53,32 @@ def go_patch(number: int) -> Path:
     return found
 
 
+def go_patches() -> list[Path]:
+    return sorted(PATCHES.glob("00[0-9][0-9]-*.patch"))
+
+
+def patch_creating(path: str) -> Path:
+    """The Go patch that adds ``path`` (a prefix ending in "/": its first file there)."""
+    for patch in go_patches():
+        for section in sps.parse_patch(patch).sections:
+            if (section.path == path or path.endswith("/") and section.path.startswith(path)) \
+                    and section.hunks and section.hunks[0][0].startswith("@@ -0,0 "):
+                return patch
+    raise AssertionError(f"no Go patch adds {path}")
+
+
+def patch_titled(words: str) -> Path:
+    """The Go patch whose subject contains ``words``."""
+    (found,) = [p for p in go_patches() if words in p.read_text().split("\n\n", 1)[0]]
+    return found
+
+
+MIGRATIONS_PATCH = lambda: patch_creating(sps.MIGRATIONS_PREFIX)  # noqa: E731
+QUERIES_PATCH = lambda: patch_creating(sps.QUERIES_PATH)  # noqa: E731
+EXPIRY_FIX = lambda: patch_titled("never return expired memories")  # noqa: E731
+TTL_FIX = lambda: patch_titled("stop extending the TTL")  # noqa: E731
+
+
 def run_script(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True,
                           timeout=60, check=False)
@@ -64,8 +90,8 @@ def carried_migrations() -> dict[int, dict[str, str]]:
     # besides the migrations: sqlc's regenerated gen/models.go and the handler tests' reset
     others = {"go/core/internal/database/gen/models.go",
               "go/core/internal/httpserver/handlers/database_test.go"}
-    for section in sps.parse_patch(go_patch(1)).sections:
-        if section.path in others:
+    for section in sps.parse_patch(MIGRATIONS_PATCH()).sections:
+        if section.path in others or not section.path.startswith(sps.MIGRATIONS_PREFIX):
             continue
         m = re.fullmatch(re.escape(sps.MIGRATIONS_PREFIX) + r"(\d{6})_\w+\.(up|down)\.sql",
                          section.path)
@@ -84,9 +110,9 @@ def named_queries(text: str) -> dict[str, str]:
     return out
 
 
-def memory_sql_images(number: int = 2) -> tuple[str, str]:
+def memory_sql_images(patch: Path) -> tuple[str, str]:
     """(before, after) text of the memory.sql hunks of a legacy-query patch."""
-    section = sps.parse_patch(go_patch(number)).section(
+    section = sps.parse_patch(patch).section(
         "go/core/internal/database/queries/memory.sql")
     assert section is not None
     before, after = [], []
@@ -110,7 +136,7 @@ def test_patch_sql_matches_the_library():
         for direction, text in files.items():
             (path,) = (SQL_DIR / "migrations").glob(f"{version:06d}_*.{direction}.sql")
             assert text.encode() == path.read_bytes(), path.name
-    queries = sps.parse_patch(go_patch(3)).section(sps.QUERIES_PATH)
+    queries = sps.parse_patch(QUERIES_PATCH()).section(sps.QUERIES_PATH)
     assert queries is not None
     assert queries.new_file_text().encode() == (SQL_DIR / "queries.sql").read_bytes()
 
@@ -134,7 +160,7 @@ def test_check_fails_when_the_library_changes(tmp_path):
 def test_check_fails_when_a_patch_is_hand_edited(tmp_path):
     patches = tmp_path / "patches"
     shutil.copytree(PATCHES, patches)
-    path = next(patches.glob("0003-*.patch"))
+    path = patches / QUERIES_PATCH().name
     text = path.read_text()
     assert "+-- name: SweepExpiredMemory :one\n" in text
     path.write_text(text.replace("+SELECT memory_sweep() AS deleted;",
@@ -163,9 +189,9 @@ def test_rewrite_regenerates_hunks_and_leaves_the_rest(tmp_path):
                       ).returncode == 0
     after = {p.name: p.read_bytes() for p in patches.glob("*.patch")}
     changed = {n for n in before if before[n] != after[n]}
-    assert changed == {go_patch(1).name, go_patch(3).name}
+    assert changed == {MIGRATIONS_PATCH().name, QUERIES_PATCH().name}
 
-    migrations = sps.parse_patch(patches / go_patch(1).name)
+    migrations = sps.parse_patch(patches / MIGRATIONS_PATCH().name)
     section = migrations.section(sps.MIGRATIONS_PREFIX + grown.name)
     assert section.hunks[0][0] == f"@@ -0,0 +1,{grown_lines + 40} @@"
     assert section.new_file_text() == grown.read_text()
@@ -180,8 +206,8 @@ def test_rewrite_regenerates_hunks_and_leaves_the_rest(tmp_path):
     summary += rf", {deleted} deletions?\(-\)" if deleted else ""
     assert re.search(summary + "$", "\n".join(migrations.stat), re.MULTILINE), migrations.stat
     # the commit message and the other files of the queries patch are untouched
-    old3 = sps.parse_patch(PATCHES / go_patch(3).name)
-    new3 = sps.parse_patch(patches / go_patch(3).name)
+    old3 = sps.parse_patch(PATCHES / QUERIES_PATCH().name)
+    new3 = sps.parse_patch(patches / QUERIES_PATCH().name)
     assert new3.preamble == old3.preamble and new3.trailer == old3.trailer
     assert [s.lines() for s in new3.sections if s.path != sps.QUERIES_PATH] == \
         [s.lines() for s in old3.sections if s.path != sps.QUERIES_PATH]
@@ -190,8 +216,8 @@ def test_rewrite_regenerates_hunks_and_leaves_the_rest(tmp_path):
     if git:  # the regenerated new-file hunks apply (no base tree needed for new files)
         work = tmp_path / "empty"
         work.mkdir()
-        for patch, include in ((go_patch(1).name, sps.MIGRATIONS_PREFIX + "*"),
-                               (go_patch(3).name, sps.QUERIES_PATH)):
+        for patch, include in ((MIGRATIONS_PATCH().name, sps.MIGRATIONS_PREFIX + "*"),
+                               (QUERIES_PATCH().name, sps.QUERIES_PATH)):
             done = subprocess.run([git, "apply", "--check", f"--include={include}",
                                    str(patches / patch)], cwd=work, capture_output=True,
                                   text=True, check=False)
@@ -261,13 +287,13 @@ def test_migrations_follow_upstream_guards_and_leave_memory_alone():
 
 
 def test_legacy_memory_sql_patches_add_expiry_then_remove_popularity_separately():
-    """0002 (read-time expiry) changes no behaviour but hiding expired rows; the popularity TTL
-    extension goes in a commit of its own (0011), with its own release note."""
-    before, after = memory_sql_images(2)
+    """The read-time expiry fix changes no behaviour but hiding expired rows; the popularity TTL
+    extension goes in a commit of its own, with its own release note."""
+    before, after = memory_sql_images(EXPIRY_FIX())
     old, new = named_queries(before), named_queries(after)
     for name in ("SearchAgentMemory", "ListAgentMemories"):
         assert "expires_at > NOW()" not in old[name] and "expires_at > NOW()" in new[name]
-    before, after = memory_sql_images(11)
+    before, after = memory_sql_images(TTL_FIX())
     old, new = named_queries(before), named_queries(after)
     assert {"IncrementMemoryAccessCount", "ExtendMemoryTTL"} <= set(old)
     assert not {"IncrementMemoryAccessCount", "ExtendMemoryTTL"} & set(new)
@@ -336,10 +362,10 @@ def _run(conn: psycopg.Connection, sql: str, params: list) -> list[tuple]:
 
 def test_go_migrations_upgrade_and_roll_back_beside_upstream_memory(database):
     migrations = carried_migrations()
-    legacy_before, legacy_after = (named_queries(t) for t in memory_sql_images(2))
-    legacy_after |= named_queries(memory_sql_images(11)[1])  # the TTL-extension removal
+    legacy_before, legacy_after = (named_queries(t) for t in memory_sql_images(EXPIRY_FIX()))
+    legacy_after |= named_queries(memory_sql_images(TTL_FIX())[1])  # the TTL-extension removal
     governed = named_queries(
-        sps.parse_patch(go_patch(3)).section(sps.QUERIES_PATH).new_file_text())
+        sps.parse_patch(QUERIES_PATCH()).section(sps.QUERIES_PATH).new_file_text())
 
     with psycopg.connect(database.owner_dsn, autocommit=True) as conn:  # the owner: RLS applies
         _upstream_vector_track(conn)
@@ -415,8 +441,8 @@ def test_go_migrations_upgrade_and_roll_back_beside_upstream_memory(database):
 # -- (d) the Go code agrees with the library ------------------------------------------------
 
 
-def _added_go(number: int, path: str) -> str:
-    section = sps.parse_patch(go_patch(number)).section(path)
+def _added_go(path: str) -> str:
+    section = sps.parse_patch(patch_creating(path)).section(path)
     assert section is not None, path
     return section.new_file_text()
 
@@ -424,11 +450,22 @@ def _added_go(number: int, path: str) -> str:
 HANDLERS = "go/core/internal/httpserver/handlers/"
 
 
-def _later_go_lines(number: int, path: str) -> str:
-    """The lines later Go patches add to ``path`` (after the patch ``number`` created it)."""
+def _added_go_lines(path: str) -> str:
+    """Every line the Go patches add to ``path`` (an upstream file they change)."""
     out: list[str] = []
-    for patch in sorted(PATCHES.glob("00[0-9][0-9]-*.patch")):
-        if int(patch.name[:4]) > number:
+    for patch in go_patches():
+        section = sps.parse_patch(patch).section(path)
+        if section is not None:
+            out += [ln[1:] for _, lines in section.hunks for ln in lines if ln.startswith("+")]
+    return "\n".join(out)
+
+
+def _later_go_lines(path: str) -> str:
+    """The lines later Go patches add to ``path`` (after the patch that created it)."""
+    out: list[str] = []
+    first = patch_creating(path)
+    for patch in go_patches():
+        if patch.name > first.name:
             section = sps.parse_patch(patch).section(path)
             if section is not None:
                 out += [ln[1:] for _, lines in section.hunks for ln in lines
@@ -437,14 +474,17 @@ def _later_go_lines(number: int, path: str) -> str:
 
 
 def test_go_policy_and_admission_mirror_the_library():
-    go = _added_go(4, HANDLERS + "memory_governed.go")
+    go = _added_go(HANDLERS + "memory_governed.go")
     p = PROTOTYPE_POLICY
     fields = dict(re.findall(r"^\t(\w+):\s+(.+?),(?:\s*//.*)?$", go.split(
         "var governedMemoryPolicy = database.MemoryPolicy{", 1)[1].split("}", 1)[0], re.MULTILINE))
     assert fields == {"Version": f'"{p.version}"', "MaxTTL": f"{p.max_ttl.days} * 24 * time.Hour",
                       "EntryCap": str(p.entry_cap), "FactMaxBytes": str(p.fact_max_bytes),
                       "ConsentMaxAge": f"{p.consent_max_age.days} * 24 * time.Hour",
-                      "EmbeddingDimension": str(p.embedding_dimension)}
+                      "EmbeddingDimension": "v1alpha2.DefaultGovernedEmbeddingDimension"}
+    api = _added_go_lines("go/api/v1alpha2/agent_types.go")
+    assert re.search(rf"^(?:const )?\s*DefaultGovernedEmbeddingDimension\s*=\s*{p.embedding_dimension}\b",
+                     api, re.MULTILINE), "the Agent's default embedding dimension"
     assert p.max_ttl.seconds == p.consent_max_age.seconds == 0
     for name, value in (("governedScopeOpsPerHour", p.scope_ops_per_hour),
                         ("governedExplicitBurst", p.explicit_burst),
@@ -454,8 +494,8 @@ def test_go_policy_and_admission_mirror_the_library():
 
 
 def test_go_sqlstate_reasons_agree_with_the_library():
-    go = _added_go(4, HANDLERS + "memory_governed.go")
-    later = _later_go_lines(4, HANDLERS + "memory_governed.go")  # e.g. KGJ03 (0019)
+    go = _added_go(HANDLERS + "memory_governed.go")
+    later = _later_go_lines(HANDLERS + "memory_governed.go")
     block = go.split("var governedSQLState = map[string]string{", 1)[1].split("}", 1)[0]
     block += "\n" + later
     consts = dict(re.findall(r'^\t(reason\w+)\s+= "(\w+)"$', go + "\n" + later, re.MULTILINE))
@@ -470,7 +510,7 @@ def test_go_sqlstate_reasons_agree_with_the_library():
 
 def test_go_test_vectors_are_the_libraries():
     """The Go tests pin opaque ids, bucket ids and an inspect cursor; recompute them here."""
-    go = _added_go(4, HANDLERS + "memory_governed_internal_test.go")
+    go = _added_go(HANDLERS + "memory_governed_internal_test.go")
     key = ScopeKey(principal=Principal(mxid=KEY[1], origin="native_local"),
                    agent=AgentIdentity(namespace=KEY[2], name=KEY[3]),
                    scope=MemoryScope.control_room(KEY[5]))
@@ -482,15 +522,14 @@ def test_go_test_vectors_are_the_libraries():
     assert "time.Date(2026, 1, 2, 3, 4, 5, 678901000, time.UTC)" in go
     assert _encode_cursor(key, created, uuid.UUID(entry)) == cursor
     assert _decode_cursor(key, cursor) == (created, uuid.UUID(entry))
-    handler_test = _added_go(4, HANDLERS + "memory_governed_test.go")
+    handler_test = _added_go(HANDLERS + "memory_governed_test.go")
     assert f'"{key.opaque_id}", resp["scope_id"]' in handler_test
 
 
 def test_go_routes_are_the_contracts():
     contract = (ROOT / "upstream-pr" / "governed-memory-api.md").read_text()
     routes = set(re.findall(r"^\| `POST /([\w-]+)`", contract, re.MULTILINE))
-    server = "\n".join(ln[1:] for _, body in sps.parse_patch(go_patch(4)).section(
-        "go/core/internal/httpserver/server.go").hunks for ln in body if ln.startswith("+"))
+    server = _added_go("go/core/internal/httpserver/governed_memory.go")
     registered = set(re.findall(r'APIPathGovernedMemories\+"/([\w-]+)"', server))
     assert routes and registered == routes
 
@@ -498,7 +537,7 @@ def test_go_routes_are_the_contracts():
 def test_the_verifier_patch_carries_the_shared_vectors(tmp_path):
     """The Go verifier's testdata is byte for byte tests/vectors/scope_assertion_v1.json, and
     --check notices when the two part."""
-    patch = sps.parse_patch(go_patch(7))
+    patch = sps.parse_patch(patch_creating(sps.VECTORS_PATH))
     carried = patch.section(sps.VECTORS_PATH)
     assert carried is not None
     assert carried.new_file_text() == sps.DEFAULT_VECTORS.read_text()

@@ -208,7 +208,7 @@ class TestController:
         """``vector`` (one query): ``{"memories": [...]}``; ``vectors`` (1..8, a prefetch's
         sub-queries): ``{"results": [[...], ...]}`` from ``store.search_many``, element i what
         ``vector: vectors[i]`` returns, refused as a whole.  Both fields, or ``vectors`` empty
-        or over 8: ``invalid_argument``, as the Go controller (patch 0017) answers."""
+        or over 8: ``invalid_argument``, as the Go controller answers."""
         def memories(hits):
             return [{"id": h.id, "content": h.text, "created_at": h.created_at.isoformat(),
                      "expires_at": h.expires_at.isoformat(), "score": 1.0 - (h.distance or 0.0)}
