@@ -39,14 +39,21 @@ from .errors import (
     error_for_reason,
 )
 
-__all__ = ["BASE_PATH", "DEFAULT_DEADLINE", "DEFAULT_TIMEOUT", "KAGENT_TOKEN_PATH",
+__all__ = ["BASE_PATH", "DEFAULT_DEADLINE", "DEFAULT_TIMEOUT", "GOVERNED_MEMORY_TOKEN_FILE_ENV",
+           "GOVERNED_MEMORY_TOKEN_PATH", "KAGENT_TOKEN_PATH",
            "MAX_ANSWER_BYTES", "Transport"]
 
 _log = logging.getLogger("kagent_governed_memory.controller")
 
 BASE_PATH = "/api/memories/governed"
-# Where kagent mounts the agent pod's projected ServiceAccount token (audience "kagent").
+# Where kagent mounts the agent pod's projected ServiceAccount token (audience "kagent"): the
+# token for kagent's A2A endpoint, never sent to the governed listener by default.
 KAGENT_TOKEN_PATH = "/var/run/secrets/tokens/kagent-token"
+# The projected token with the audience "kagent-governed-memory", the only one the governed
+# listener accepts: kagent mounts it here in governed agent pods; the bridge's Deployment mounts
+# its own at the same path (docs/kagent-deployment.md).  KAGENT_MEMORY_TOKEN_FILE overrides it.
+GOVERNED_MEMORY_TOKEN_PATH = "/var/run/secrets/kagent-governed-memory/token"
+GOVERNED_MEMORY_TOKEN_FILE_ENV = "KAGENT_MEMORY_TOKEN_FILE"
 DEFAULT_TIMEOUT = httpx.Timeout(10.0, connect=3.0, pool=3.0)
 DEFAULT_DEADLINE = 15.0  # seconds for a whole call, retries included
 # The largest legitimate answer is a batched search: 8 x 50 records of at most a few KiB each.
@@ -70,6 +77,11 @@ def error_for(status: int, code: object, operation: str) -> GovernanceError:
                             operation=operation, status=status)
 
 
+def default_token_file() -> str:
+    """The governed memory token file: ``$KAGENT_MEMORY_TOKEN_FILE``, else the governed mount."""
+    return os.environ.get(GOVERNED_MEMORY_TOKEN_FILE_ENV, "").strip() or GOVERNED_MEMORY_TOKEN_PATH
+
+
 class TokenSource:
     """A bearer token: a callable's, or a file's (re-read when the kubelet rotates it).
 
@@ -81,7 +93,7 @@ class TokenSource:
         if token is not None and not (isinstance(token, str) or callable(token)):
             raise InvalidInput(ReasonCode.INVALID_ARGUMENT, field="token")
         self._token = token
-        self._file = None if token is not None else Path(token_file or KAGENT_TOKEN_PATH)
+        self._file = None if token is not None else Path(token_file or default_token_file())
         self._cached: tuple[tuple[int, int, int], str] | None = None
 
     def get(self) -> str:

@@ -135,8 +135,9 @@ class KagentControllerStore(_Client):
     """The agent runtime's side of the controller's governed API (a ``RuntimeRepository``).
 
     ``agent`` is the Agent this pod runs as (kagent sets ``KAGENT_NAMESPACE``/``KAGENT_NAME``);
-    the token defaults to kagent's projected token file.  Each call needs the verified
-    assertion of the current request (``memory_request``), which it sends again: the
+    the token defaults to the governed memory token file (``KAGENT_MEMORY_TOKEN_FILE``, else
+    ``/var/run/secrets/kagent-governed-memory/token``), never kagent's A2A token.  Each call
+    needs the verified assertion of the current request (``memory_request``), which it sends again: the
     controller checks its signature, expiry and agent on every call, so a background
     auto-save must finish within the assertion's lifetime.
     """
@@ -257,7 +258,9 @@ class KagentControllerStore(_Client):
 
 class KagentBridgeStore(_Client):
     """The bridge's side of the controller's governed API (a ``ControlRepository``): the
-    subject's own controls and offboarding, with the bridge's ServiceAccount token."""
+    subject's own controls and offboarding, with the bridge's ServiceAccount token (audience
+    ``kagent-governed-memory``; default file: ``KAGENT_MEMORY_TOKEN_FILE``, else
+    ``/var/run/secrets/kagent-governed-memory/token``)."""
 
     def __init__(self, url: str, *, local_server: str, policy: MemoryPolicy = PROTOTYPE_POLICY,
                  token: str | Callable[[], str] | None = None,

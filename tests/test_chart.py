@@ -275,6 +275,12 @@ def test_byo_sample_validates_and_holds_no_database_credentials(env: Env) -> Non
     names = {e["name"] for e in deployment["env"]}
     assert {"KAGENT_MEMORY_URL", "KAGENT_MEMORY_LOCAL_SERVER", "KAGENT_MEMORY_SCOPE_ISSUER",
             "KAGENT_MEMORY_SCOPE_PUBLIC_KEYS"} <= names
+    # the governed listener's token: its own audience, where KagentControllerStore reads it
+    [volume] = [v for v in deployment["volumes"] if v["name"] == "kagent-governed-memory-token"]
+    [source] = volume["projected"]["sources"]
+    assert source["serviceAccountToken"]["audience"] == "kagent-governed-memory"
+    assert {"name": "kagent-governed-memory-token", "readOnly": True,
+            "mountPath": "/var/run/secrets/kagent-governed-memory"} in deployment["volumeMounts"]
     text = path.read_text().lower()
     assert "dsn" not in text and "postgres" not in text and "password" not in text
 

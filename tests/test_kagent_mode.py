@@ -580,7 +580,7 @@ async def test_the_readmes_byo_agent_runs_in_kagent_mode(mode: Mode, tmp_path: A
     assert mode.process is not None
     token = tmp_path / "kagent-token"
     token.write_text(AGENT_TOKEN)
-    monkeypatch.setattr(transport, "KAGENT_TOKEN_PATH", str(token))
+    monkeypatch.setenv("KAGENT_MEMORY_TOKEN_FILE", str(token))
     env = {"KAGENT_MEMORY_URL": mode.process.url, "KAGENT_MEMORY_LOCAL_SERVER": LOCAL,
            "KAGENT_NAMESPACE": AGENT.namespace, "KAGENT_NAME": AGENT.name,
            "KAGENT_MEMORY_SCOPE_ISSUER": ISSUER,

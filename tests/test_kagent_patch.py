@@ -191,7 +191,7 @@ def compiled_dimension_report(kagent_runtime, postgresql_proc) -> dict:
 def _compiled_run(kagent_runtime, postgresql_proc, runtime: str, agent: str | None = None
                   ) -> dict:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-    from go_controller import Unavailable, serve
+    from go_controller import Unavailable, serve, service_account_token
 
     from kagent_governed_memory._embedded import OPERATOR_ROLE
     from kagent_governed_memory.keys import private_key_pem, public_key_pem
@@ -225,6 +225,8 @@ def _compiled_run(kagent_runtime, postgresql_proc, runtime: str, agent: str | No
                 "KGM_TEST_CONTROLLER_URL": url,
                 "KGM_TEST_BRIDGE_KEY": private_key_pem(bridge).decode(),
                 **({"KGM_TEST_AGENT": agent} if agent else {}),
+                # the governed memory token file's content, as the compiled server knows it
+                "KGM_TEST_MEMORY_TOKEN": service_account_token("kagent", agent or "my-agent"),
             })
             done = subprocess.run([str(kagent_runtime["python"]), str(HERE / "driver.py"),
                                    runtime], env=env, capture_output=True, text=True,
@@ -495,7 +497,8 @@ def test_series_unit_tests_pass_against_the_installed_runtime(reports):
     unit = reports["unit_tests"]
     assert unit["files"] == ["test_embedding_logs.py", "test_governed_memory_autosave.py",
                              "test_governed_memory_service.py", "test_governed_memory_telemetry.py",
-                             "test_governed_memory_tools.py", "test_memory_scope.py"]
+                             "test_governed_memory_token.py", "test_governed_memory_tools.py",
+                             "test_memory_scope.py"]
     assert unit["returncode"] == 0, unit["output"][-6000:]
     assert " passed" in unit["output"] and "failed" not in unit["output"]
 

@@ -118,6 +118,8 @@ def report(tmp_path_factory, postgresql_proc) -> dict[str, Any]:
                 "KGM_TEST_ADMIN_DSN": admin_dsn,
                 "KGM_TEST_BRIDGE_KEY": private_key_pem(bridge).decode(),
                 "KGM_TEST_BRIDGE_TOKEN": service_account_token(*BRIDGE_SERVICE_ACCOUNT),
+                # the agent pod's governed memory token file content (KAGENT_MEMORY_TOKEN_FILE)
+                "KGM_TEST_MEMORY_TOKEN": service_account_token("kagent", "my-agent"),
                 "KGM_TEST_LOG_FILE": str(log),
             })
             done = subprocess.run([str(python), str(HERE / "sessions_driver.py")], env=env,

@@ -180,6 +180,10 @@ DIMENSION = 1024 if RUNTIME == "dim1024" else None
 # KAgentTokenService reads from /var/run/secrets/tokens/kagent-token; the stand-in controller's
 # fake TokenReview knows it as kagent/my-agent.
 POD_TOKEN = f"kgm-test-sa:kagent:{AGENT}"  # the compiled overlay's fake TokenReview format
+# The pod's governed memory token (audience "kagent-governed-memory"), which the patched runtime
+# reads from KAGENT_MEMORY_TOKEN_FILE for every governed memory call: whatever the test passes in
+# KGM_TEST_MEMORY_TOKEN (tests/go_controller.py's service_account_token), else the pod token.
+MEMORY_TOKEN = os.environ.get("KGM_TEST_MEMORY_TOKEN") or POD_TOKEN
 BRIDGE_TOKEN = "kgm-test-sa:kagent:matrix-bridge"  # a bridge ServiceAccount of the overlay
 SUMMARY_MARKER = "Summary (JSON List):"
 DRIVER_MEMORY_DEADLINE = 60.0  # the memory deadline the scenarios run under (see build())
@@ -415,6 +419,11 @@ class Harness:
         with open(token_file, "w") as f:
             f.write(POD_TOKEN + "\n")
         kagent_token.KAGENT_TOKEN_PATH = token_file
+        # the translator's kagent-governed-memory-token mount, for the patched runtime
+        memory_token_file = os.path.join(tempfile.mkdtemp(prefix="kgm-memory-token-"), "token")
+        with open(memory_token_file, "w") as f:
+            f.write(MEMORY_TOKEN + "\n")
+        os.environ["KAGENT_MEMORY_TOKEN_FILE"] = memory_token_file
 
         kagent_a2a.httpx = _HttpxShim()
         try:  # the governed memory service's own client (KAGENT_MEMORY_URL)

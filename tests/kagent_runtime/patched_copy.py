@@ -65,10 +65,12 @@ def _git_apply(patch: Path, root: Path, strip: int, include: str, expected: int,
 def apply_series(patches: list[Path], package_root: Path, tests_root: Path) -> None:
     """Source hunks → the package copy (``-p5``: ``python/packages/kagent-adk/src/kagent/adk/x``
     → ``kagent/adk/x``); the unit-test files the series adds → ``tests_root`` (``-p4``).  The
-    series adds test files only: it never modifies one of kagent's own tests (asserted here).
+    series never modifies one of kagent's own tests (asserted here); a later patch may modify a
+    test file an earlier patch of the series added.
     ``pyproject.toml``/``uv.lock`` are left out (the venv is built from upstream's lock, which
     already installs ``pyjwt[crypto]`` through agentsts-core)."""
     tests_root.mkdir(parents=True, exist_ok=True)
+    added: set[str] = set()  # the test files the series added so far
     for patch in patches:
         headers = [line for line in patch.read_text().splitlines() if line.startswith("diff --git ")]
         src = [h for h in headers if h.startswith(SRC)]
@@ -79,8 +81,12 @@ def apply_series(patches: list[Path], package_root: Path, tests_root: Path) -> N
         assert all(h.endswith(packaging) for h in others), (patch.name, others)
         test_sections = ["diff --git " + p for p in patch.read_text().split("\ndiff --git ")[1:]
                          if ("diff --git " + p).startswith(NEW_TESTS)]
+        for t in test_sections:
+            if "\nnew file mode " in t.split("\n@@", 1)[0]:
+                added.add(t.split("\n", 1)[0])
         modified = [t.split("\n", 1)[0] for t in test_sections
-                    if "\nnew file mode " not in t.split("\n@@", 1)[0]]
+                    if "\nnew file mode " not in t.split("\n@@", 1)[0]
+                    and t.split("\n", 1)[0] not in added]
         assert not modified, f"{patch.name} modifies kagent's own tests: {modified}"
         _git_apply(patch, package_root, 5, "kagent/adk/*", len(src), SRC)
         if new_tests:

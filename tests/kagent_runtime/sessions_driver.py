@@ -127,6 +127,15 @@ def _pod_token_file() -> str:
     return path
 
 
+def _memory_token_file() -> str:
+    """The pod's governed memory token (audience kagent-governed-memory), where the patched
+    runtime reads it (KAGENT_MEMORY_TOKEN_FILE)."""
+    path = os.path.join(tempfile.mkdtemp(prefix="kgm-memory-token-"), "token")
+    with open(path, "w") as f:
+        f.write(base.MEMORY_TOKEN + "\n")
+    return path
+
+
 class SessionHarness:
     """kagent's own ``KAgentApp`` on kagent's real session and task routes."""
 
@@ -144,6 +153,7 @@ class SessionHarness:
 
         kagent_a2a.GovernedMemoryService = recording
         kagent_token.KAGENT_TOKEN_PATH = _pod_token_file()
+        os.environ["KAGENT_MEMORY_TOKEN_FILE"] = _memory_token_file()
         config = AgentConfig.model_validate({
             "model": {"type": "openai", "model": "gpt-4o-mini"},
             "description": "test agent",
