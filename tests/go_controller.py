@@ -1,11 +1,11 @@
 """The patched kagent controller, compiled from the Go patch series, serving the governed API.
 
-``build()`` clones kagent (``$KGM_KAGENT_SRC``: a clone or git directory holding tag v0.9.11;
-default: this workplace's mirror when present) at v0.9.11, applies the Go patches with ``git am``,
+``build(tag)`` clones kagent (``$KGM_KAGENT_SRC``: a clone or git directory holding the tags
+in ``TAGS``; default: this workplace's mirror when present) at ``tag`` (default v0.9.11), applies the Go patches with ``git am``,
 adds the verification overlay ``tests/go_overlay/governed_memory_testserver_test.go`` (never part
 of the series) and compiles ``go test -c`` of ``core/internal/httpserver``: the controller's own
 governed memory listener (handlers, authenticator, database client, middleware).  The binary is
-cached per hash of (the Go patches, the overlay, ``go version``) under
+cached per hash of (the Go patches, the overlay, ``go version``, the tag) under
 ``$KGM_GO_CONTROLLER_CACHE`` (default ``~/.cache/kagent-governed-memory/go-controller``); Go's own
 module and build caches make a rebuild fast.
 
@@ -53,6 +53,10 @@ SESSIONS_OVERLAY = REPO / "tests" / "go_overlay" / "kagent_sessions_testserver_t
 OVERLAYS = (OVERLAY, SESSIONS_OVERLAY)
 DEFAULT_SRC = Path("/work/.mirror/kagent-dev+kagent/repo")
 TAG = "v0.9.11"
+# The kagent tags the series is carried on: TAG (the main target, used by every test that
+# serves the controller) and the tip of release/v0.9.x, on which the series must also apply and
+# pass the Go checks (tests/test_go_series.py, scripts/verify-patches).
+TAGS = (TAG, "v0.9.12")
 
 # The overlay's fake TokenReview and Kubernetes objects (see governed_memory_testserver_test.go).
 TOKEN_PREFIX = "kgm-test-sa:"
@@ -87,7 +91,8 @@ def kagent_source() -> Path:
     given = os.environ.get("KGM_KAGENT_SRC")
     src = Path(given) if given else DEFAULT_SRC
     if not src.exists():
-        raise Unavailable("no kagent source: set KGM_KAGENT_SRC to a kagent clone (tag v0.9.11)")
+        raise Unavailable("no kagent source: set KGM_KAGENT_SRC to a kagent clone (tags "
+                          + ", ".join(TAGS) + ")")
     return src
 
 
@@ -132,13 +137,22 @@ def _run(cmd: list[str], cwd: Path, **kw: object) -> None:
         raise RuntimeError(f"{' '.join(cmd[:3])} failed in {cwd}:\n{done.stderr[-4000:]}")
 
 
-def build() -> tuple[Path, Path, bool]:
-    """(the kagent tree with the Go series applied, the server binary, built now?)."""
-    go, override = go_binary(), kagent_tree()
-    src, commit = override if override else (kagent_source(), TAG)
+def build(tag: str = TAG) -> tuple[Path, Path, bool]:
+    """(the kagent tree at ``tag`` with the Go series applied, the server binary, built now?).
+
+    ``$KGM_KAGENT_TREE`` (a v0.9.11 work tree) replaces the clone only for ``TAG``; any other
+    tag is always cloned from ``$KGM_KAGENT_SRC`` and the patches applied."""
+    if tag not in TAGS:
+        raise ValueError(f"unknown carry target {tag!r}; expected one of {TAGS}")
+    go = go_binary()
+    override = kagent_tree() if tag == TAG else None
+    src, commit = override if override else (kagent_source(), tag)
     version = subprocess.run([go, "version"], capture_output=True, text=True,
                              check=True).stdout.strip()
     h = hashlib.sha256(version.encode())
+    if tag != TAG:
+        # keyed by tag; TAG's key is unchanged so existing caches stay valid
+        h.update(b"tag\0" + tag.encode())
     sources = [*OVERLAYS] if override else [*go_patches(), *OVERLAYS]
     if override:
         h.update(b"tree\0" + commit.encode())

@@ -30,6 +30,14 @@ REPO = Path(__file__).resolve().parent.parent
 SAMPLE = REPO / "samples" / "governed-memory"
 CHECKER = REPO / "tests" / "go_crdcheck" / "main.go"
 HELM_VERSION = "v3.18.0"  # kagent's CI (.github/workflows/ci.yaml, azure/setup-helm)
+# kagent's CI runs `helm plugin install https://github.com/helm-unittest/helm-unittest` (no
+# version: the latest release, whose install hook downloads that release's binary).  GitHub is
+# not needed here: the same release is built from the Go module proxy.
+HELM_UNITTEST_VERSION = "v1.1.2"
+HELM_UNITTEST_MODULE = "github.com/helm-unittest/helm-unittest"
+# The helm-unittest suites the series adds (besides kagent's own in helm/kagent/tests/).
+SERIES_SUITES = {"controller-networkpolicy_test.yaml", "governed-memory_test.yaml",
+                 "governed-memory-rbac_test.yaml", "governed-memory-validation_test.yaml"}
 
 
 def _cache() -> Path:
@@ -57,6 +65,31 @@ def _helm(go: str) -> Path:
             _run([go, "install", f"helm.sh/helm/v3/cmd/helm@{HELM_VERSION}"],
                  env={"GOBIN": str(bindir), "GOFLAGS": "-mod=mod"})
     return helm
+
+
+def _helm_plugins(go: str) -> Path:
+    """A HELM_PLUGINS directory holding helm-unittest, built from the module proxy: the
+    plugin is its ``plugin.yaml`` plus the binary its ``platformCommand`` names."""
+    root = _cache() / f"helm-plugins-unittest-{HELM_UNITTEST_VERSION}"
+    arch = {"x86_64": "amd64", "aarch64": "arm64"}.get(os.uname().machine, os.uname().machine)
+    binary = root / "unittest" / f"untt-linux-{arch}"
+    with open(_cache() / ".helm-unittest.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not binary.exists():
+            info = json.loads(_run([go, "mod", "download", "-json",
+                                    f"{HELM_UNITTEST_MODULE}@{HELM_UNITTEST_VERSION}"]).stdout)
+            with tempfile.TemporaryDirectory() as tmp:
+                # a writable copy: the module's go.mod has replace directives, so `go install
+                # module@version` refuses it; inside its own directory it builds as released
+                src = Path(tmp) / "src"
+                shutil.copytree(info["Dir"], src)
+                for path in src.rglob("*"):
+                    path.chmod(path.stat().st_mode | 0o200)
+                (root / "unittest").mkdir(parents=True, exist_ok=True)
+                shutil.copy(src / "plugin.yaml", root / "unittest" / "plugin.yaml")
+                _run([go, "build", "-o", str(binary) + ".tmp", "./cmd/helm-unittest"], src)
+                os.rename(str(binary) + ".tmp", binary)
+    return root
 
 
 def _patched_tree(go: str) -> Path:
@@ -116,10 +149,24 @@ class Env:
         go = go_controller.go_binary()
         self.tree = _patched_tree(go)
         self.helm = _helm(go)
+        self.go = go
         self.checker = _checker(go, self.tree)
         self.tmp = Path(tempfile.mkdtemp(prefix="kgm-chart-"))
         self.base_chart = self._chart("base", None)
         self.chart = self._chart("patched", self.tree / "helm" / "kagent")
+
+    def unittest_chart(self, name: str) -> Path:
+        """The patched chart with its helm-unittest suites (no remote subchart dependencies)."""
+        dest = self.tmp / name / "kagent"
+        shutil.copytree(self.tree / "helm" / "kagent", dest)
+        (dest / "Chart-template.yaml").unlink(missing_ok=True)
+        (dest / "Chart.yaml").write_text(
+            "apiVersion: v2\nname: kagent\ntype: application\nversion: 0.9.11\n")
+        return dest
+
+    def unittest(self, chart: Path) -> subprocess.CompletedProcess[str]:
+        return _run([str(self.helm), "unittest", str(chart)],
+                    env={"HELM_PLUGINS": str(_helm_plugins(self.go))}, check=False)
 
     def _chart(self, name: str, src: Path | None) -> Path:
         """The kagent chart without its remote subchart dependencies (unchanged by the series)."""
@@ -208,7 +255,11 @@ def test_demo_values_render_governed_memory(env: Env) -> None:
     assert np["podSelector"]["matchLabels"] == \
         _one(docs, "Deployment", "kagent-controller")["spec"]["selector"]["matchLabels"]
     governed, others = np["ingress"]
-    assert governed["ports"] == [{"protocol": "TCP", "port": 8085}]
+    # named ports: the governed one, and the controller's declared http/metrics ports
+    assert governed["ports"] == [{"protocol": "TCP", "port": "governed-memory"}]
+    ctr_ports = {p["name"]: p["containerPort"] for p in _one(
+        docs, "Deployment", "kagent-controller")["spec"]["template"]["spec"]["containers"][0]["ports"]}
+    assert ctr_ports["governed-memory"] == 8085
     agents, bridge = governed["from"]
     assert agents["namespaceSelector"] == {}
     # The labels the translator puts on every agent pod (testdata golden outputs).
@@ -219,16 +270,11 @@ def test_demo_values_render_governed_memory(env: Env) -> None:
     assert bridge == {"podSelector": {"matchLabels": {"app.kubernetes.io/name": "matrix-bridge"}},
                       "namespaceSelector": {"matchLabels": {
                           "kubernetes.io/metadata.name": "matrix"}}}
-    # Every other port stays open to every source; 8085 is in no range of that rule.
+    # The controller's other declared ports stay open to every source; no port ranges.
     assert "from" not in others
-    open_tcp = [p for p in others["ports"] if p["protocol"] == "TCP"]
-    assert {"protocol": "TCP", "port": 8083} in open_tcp
-    for p in open_tcp:
-        assert not p["port"] <= 8085 <= p.get("endPort", p["port"])
-    covered = set()
-    for p in open_tcp:
-        covered.update(range(p["port"], p.get("endPort", p["port"]) + 1))
-    assert covered == set(range(1, 65536)) - {8085}
+    assert all("endPort" not in p for p in others["ports"])
+    assert {p["port"] for p in others["ports"]} == set(ctr_ports) - {"governed-memory"}
+    assert {"protocol": "TCP", "port": "http"} in others["ports"]
 
     nginx = _one(docs, "ConfigMap", "kagent-ui-config")["data"]["nginx.conf"]
     deny = nginx.index("location ^~ /api/memories/governed/ {\n            return 404;")
@@ -324,3 +370,33 @@ def test_memory_mode_admission_rules(env: Env) -> None:
         else:
             assert len(r["errors"]) == 1 and message in r["errors"][0], (name, r["errors"])
     assert results[3]["defaulted"]["spec"]["declarative"]["memory"]["mode"] == "legacy"
+
+
+def test_helm_unittest_suites_pass(env: Env) -> None:
+    """``helm unittest helm/kagent`` as kagent's CI runs it: kagent's own suites and the
+    series' suites for every template it adds or changes."""
+    chart = env.unittest_chart("unittest")
+    suites = {p.name for p in (chart / "tests").glob("*_test.yaml")}
+    assert SERIES_SUITES <= suites, sorted(SERIES_SUITES - suites)
+    done = env.unittest(chart)
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out[-6000:]
+    assert f"Test Suites: {len(suites)} passed, {len(suites)} total" in out, out[-3000:]
+
+
+@pytest.mark.parametrize("template,before,after", [
+    ("controller-networkpolicy.yaml", "port: governed-memory", "port: http"),
+    ("rbac/governed-memory-clusterrole.yaml", "- create", "- get"),
+    ("controller-service.yaml", "targetPort: governed-memory", "targetPort: http"),
+    ("controller-configmap.yaml", '"true"\n  GOVERNED_MEMORY_BIND_ADDRESS', '"false"\n  GOVERNED_MEMORY_BIND_ADDRESS'),
+])
+def test_helm_unittest_suites_catch_a_broken_template(env: Env, template: str, before: str,
+                                                       after: str) -> None:
+    chart = env.unittest_chart(f"broken-{template.replace('/', '-')}")
+    path = chart / "templates" / template
+    text = path.read_text()
+    assert before in text, (template, before)
+    path.write_text(text.replace(before, after, 1))
+    done = env.unittest(chart)
+    assert done.returncode != 0, (done.stdout + done.stderr)[-3000:]
+    assert "FAIL" in done.stdout

@@ -137,9 +137,10 @@ concurrently."""
                                 env=env, stdout=stdout, stderr=stderr, text=True)
         runs[which] = (proc, log, stdout, stderr)
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    env.update({"PYTHONPATH": str(kagent_runtime["patched"]), "PYTHONDONTWRITEBYTECODE": "1",
-                # the shared vectors (upstream: the Go verifier's testdata, beside the series)
-                "KAGENT_MEMORY_SCOPE_VECTORS": str(REPO / "tests" / "vectors" / "scope_assertion_v1.json")})
+    # no KAGENT_MEMORY_SCOPE_VECTORS: the series' tests read their own copy of the shared
+    # vectors (tests/fixtures/, checked against the library's by tests/test_patches.py)
+    env.pop("KAGENT_MEMORY_SCOPE_VECTORS", None)
+    env.update({"PYTHONPATH": str(kagent_runtime["patched"]), "PYTHONDONTWRITEBYTECODE": "1"})
     unit_out = open(kagent_runtime["logs"] / "unit-tests.out", "w+")  # noqa: SIM115
     unit = subprocess.Popen(
         [str(kagent_runtime["python"]), "-m", "pytest", "-q", "-p", "no:cacheprovider",

@@ -559,3 +559,26 @@ def test_the_verifier_patch_carries_the_shared_vectors(tmp_path):
     result = run_script("--check", "--vectors", str(changed))
     assert result.returncode == 1
     assert "scope_assertion_v1.json: differs from the library" in result.stderr
+
+
+PYTHON_VECTORS_PATH = "python/packages/kagent-adk/tests/fixtures/scope_assertion_v1.json"
+
+
+def test_the_python_series_carries_the_shared_vectors():
+    """kagent-adk's tests read their own copy of the scope-assertion vectors (so the Python
+    package's tests stand alone); it is byte for byte tests/vectors/scope_assertion_v1.json,
+    the file the Go verifier's testdata must equal too (the check above)."""
+    carried = [section.new_file_text() for patch in sorted(PATCHES.glob("01[0-9][0-9]-*.patch"))
+               if (section := sps.parse_patch(patch).section(PYTHON_VECTORS_PATH)) is not None]
+    assert len(carried) == 1, "exactly one Python patch should add the vectors fixture"
+    assert carried[0] == sps.DEFAULT_VECTORS.read_text()
+    sections = [section for patch in sorted(PATCHES.glob("01[0-9][0-9]-*.patch"))
+                if (section := sps.parse_patch(patch).section(
+                    "python/packages/kagent-adk/tests/unittests/test_memory_scope.py")) is not None]
+    lines = [ln for section in sections for _, body in section.hunks for ln in body]
+    added = [ln[1:] for ln in lines if ln.startswith("+")]
+    removed = [ln[1:] for ln in lines if ln.startswith("-")]
+    # whatever the series once added that reads the Go tree's copy, it removes again
+    reads_go = [ln for ln in added if "go/core/internal/memoryscope" in ln and "#" not in ln]
+    assert len(reads_go) == len([ln for ln in removed if ln in reads_go]), reads_go
+    assert any('"fixtures" / "scope_assertion_v1.json"' in ln for ln in added)

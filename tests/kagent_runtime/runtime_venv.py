@@ -27,7 +27,12 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-KAGENT_ADK = "kagent-adk==0.9.11"
+KAGENT_ADK_VERSION = "0.9.11"
+KAGENT_ADK = f"kagent-adk=={KAGENT_ADK_VERSION}"
+# The kagent-adk releases the Python series is carried on: 0.9.11 (the main target) and
+# 0.9.12 (kagent v0.9.12; its python/ tree and uv.lock are those of v0.9.11 except the
+# versions of kagent's own workspace packages, hence constraints-0.9.12.txt).
+KAGENT_ADK_VERSIONS = (KAGENT_ADK_VERSION, "0.9.12")
 # The library's own runtime dependencies that the kagent venv lacks (the repository itself is
 # put on PYTHONPATH, never installed, so the cache does not depend on where it is checked out),
 # and pytest for the unit tests the series adds (versions as upstream's lock pins them).
@@ -42,28 +47,32 @@ class RuntimeUnavailable(RuntimeError):
     pass
 
 
-def default_constraints(repo_root: Path) -> Path:
-    """The repository's copy of upstream's v0.9.11 lock (``patches/kagent-v0.9.11/
-    constraints.txt``, exported from kagent's ``python/uv.lock`` at the tag), unless
-    overridden by ``KGM_KAGENT_CONSTRAINTS``."""
+def default_constraints(repo_root: Path, version: str = KAGENT_ADK_VERSION) -> Path:
+    """The repository's copy of upstream's lock for kagent-adk ``version``
+    (``patches/kagent-v0.9.11/constraints.txt`` for 0.9.11, exported from kagent's
+    ``python/uv.lock`` at the tag; ``constraints-<version>.txt`` for the other carry targets),
+    unless overridden by ``KGM_KAGENT_CONSTRAINTS`` (0.9.11 only)."""
+    if version not in KAGENT_ADK_VERSIONS:
+        raise ValueError(f"unknown kagent-adk carry target {version!r}")
     override = os.environ.get("KGM_KAGENT_CONSTRAINTS")
-    if override:
+    if override and version == KAGENT_ADK_VERSION:
         return Path(override)
-    return repo_root / "patches" / "kagent-v0.9.11" / "constraints.txt"
+    name = "constraints.txt" if version == KAGENT_ADK_VERSION else f"constraints-{version}.txt"
+    return repo_root / "patches" / "kagent-v0.9.11" / name
 
 
-def cache_root() -> Path:
+def cache_root(version: str = KAGENT_ADK_VERSION) -> Path:
     override = os.environ.get("KGM_KAGENT_VENV_CACHE")
     if override:
-        return Path(override)
+        return Path(override) if version == KAGENT_ADK_VERSION else Path(override) / version
     base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return base / "kagent-governed-memory" / "kagent-adk-0.9.11"
+    return base / "kagent-governed-memory" / f"kagent-adk-{version}"
 
 
-def venv_key(constraints: bytes) -> str:
+def venv_key(constraints: bytes, version: str = KAGENT_ADK_VERSION) -> str:
     h = hashlib.sha256()
     for part in (_TOOLING_VERSION, sys.implementation.name, f"{sys.version_info[:2]}",
-                 KAGENT_ADK, *EXTRA):
+                 f"kagent-adk=={version}", *EXTRA):
         h.update(part.encode() + b"\0")
     h.update(constraints)
     return h.hexdigest()[:16]
@@ -73,16 +82,17 @@ def python_of(venv: Path) -> Path:
     return venv / "bin" / "python"
 
 
-def ensure_venv(constraints: Path) -> tuple[Path, bool]:
-    """The ready venv for ``constraints`` and whether this call built it."""
+def ensure_venv(constraints: Path, version: str = KAGENT_ADK_VERSION) -> tuple[Path, bool]:
+    """The ready venv of kagent-adk ``version`` for ``constraints`` and whether this call
+    built it."""
     if not constraints.is_file():
         raise RuntimeUnavailable(
             f"kagent-adk constraints not found at {constraints}: the kagent runtime tests need "
             "upstream's v0.9.11 lock as pip constraints (patches/kagent-v0.9.11/constraints.txt, "
             "or KGM_KAGENT_CONSTRAINTS=<file>)"
         )
-    key = venv_key(constraints.read_bytes())
-    root = cache_root()
+    key = venv_key(constraints.read_bytes(), version)
+    root = cache_root(version)
     final = root / key
     if _complete(final):
         return final, False
@@ -93,9 +103,9 @@ def ensure_venv(constraints: Path) -> tuple[Path, bool]:
         _remove_stale(root, key)
         tmp = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=root))
         try:
-            _build(tmp, constraints)
+            _build(tmp, constraints, version)
             (tmp / _COMPLETE).write_text(json.dumps({
-                "key": key, "kagent_adk": KAGENT_ADK, "extra": list(EXTRA),
+                "key": key, "kagent_adk": f"kagent-adk=={version}", "extra": list(EXTRA),
                 "constraints": str(constraints), "python": sys.version.split()[0],
                 "built_at": time.time(),
             }))
@@ -133,11 +143,12 @@ def _remove_stale(root: Path, key: str) -> None:
                 shutil.rmtree(leftover)
 
 
-def _build(venv: Path, constraints: Path) -> None:
+def _build(venv: Path, constraints: Path, version: str) -> None:
     _run([sys.executable, "-m", "venv", str(venv)], "python -m venv")
     python = str(python_of(venv))
+    spec = f"kagent-adk=={version}"
     _run([python, "-m", "pip", "install", "--disable-pip-version-check", "-q",
-          "-c", str(constraints), KAGENT_ADK, *EXTRA], f"pip install {KAGENT_ADK}", timeout=1800)
+          "-c", str(constraints), spec, *EXTRA], f"pip install {spec}", timeout=1800)
     _run([python, "-c", "import kagent.adk._memory_service, psycopg, pgvector, psycopg_pool, pytest"],
          "import check")
 
