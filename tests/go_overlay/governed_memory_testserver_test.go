@@ -13,7 +13,7 @@
 //
 // Agents (declarative, per-agent ServiceAccount named after the Agent) are
 // KGM_TESTSERVER_AGENTS ("ns/name,...", default kagent/my-agent,kagent/agent-a,kagent/agent-b,
-// kagent/other-agent; "ns/name@1024" is a governed Agent with memory.embeddingDimension 1024); an agent calls with the token of ServiceAccount <ns>/<name> and
+// kagent/other-agent; all governed, "ns/name@1024" with memory.embeddingDimension 1024); an agent calls with the token of ServiceAccount <ns>/<name> and
 // X-Agent-Name "<ns>__NS__<name>" (kagent's app name, '-' as '_'). The bridge ServiceAccounts
 // are KGM_TESTSERVER_BRIDGE_SERVICE_ACCOUNTS (default kagent/matrix-bridge), as
 // --governed-memory-bridge-service-accounts.
@@ -136,15 +136,18 @@ func TestGovernedMemoryTestServer(t *testing.T) {
 		if !ok {
 			t.Fatalf("KGM_TESTSERVER_AGENTS: %q is not namespace/name", item)
 		}
-		declarative := &v1alpha2.DeclarativeAgentSpec{}
-		if base, dimension, governed := strings.Cut(name, "@"); governed {
+		// Every test Agent is governed (the listener serves no other); "@N" sets its
+		// memory.embeddingDimension.
+		declarative := &v1alpha2.DeclarativeAgentSpec{
+			Memory: &v1alpha2.MemorySpec{ModelConfig: "embedding", Mode: v1alpha2.MemoryModeGoverned},
+		}
+		if base, dimension, withDimension := strings.Cut(name, "@"); withDimension {
 			n, err := strconv.Atoi(dimension)
 			if err != nil {
 				t.Fatalf("KGM_TESTSERVER_AGENTS: %q has no dimension after @", item)
 			}
 			name = base
-			declarative.Memory = &v1alpha2.MemorySpec{ModelConfig: "embedding", Mode: v1alpha2.MemoryModeGoverned,
-				EmbeddingDimension: int32(n)}
+			declarative.Memory.EmbeddingDimension = int32(n)
 		}
 		agents = append(agents, &v1alpha2.Agent{
 			ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
