@@ -2,7 +2,7 @@
 
 ``build(tag)`` clones kagent (``$KGM_KAGENT_SRC``: a clone or git directory holding the tags
 in ``TAGS``; default: this workplace's mirror when present) at ``tag`` (default v0.9.11), applies the Go patches with ``git am``,
-adds the verification overlay ``tests/go_overlay/governed_memory_testserver_test.go`` (never part
+adds the verification overlays ``tests/go_overlay/*_test.go`` (never part
 of the series) and compiles ``go test -c`` of ``core/internal/httpserver``: the controller's own
 governed memory listener (handlers, authenticator, database client, middleware).  The binary is
 cached per hash of (the Go patches, the overlay, ``go version``, the tag) under
@@ -25,8 +25,10 @@ sessions_url)``.  Missing Go or
 missing kagent source raises ``Unavailable`` with the reason, which the tests report loudly.
 
 Callers authenticate as the controller requires (projected ServiceAccount tokens, verified by a
-TokenReview): the overlay's fake TokenReview accepts the fixed test tokens
-``service_account_token(namespace, name)``; ``agent_headers`` and ``bridge_headers`` give the
+TokenReview): the controller's real ``KubeTokenReviewer`` (its audience check included) reviews
+them against the overlay's fake TokenReview API, which accepts the fixed test tokens
+``service_account_token(namespace, name)`` (governed audience) and
+``audience_token(audience, namespace, name)``; ``agent_headers`` and ``bridge_headers`` give the
 headers of an agent runtime (its ServiceAccount's token and kagent's ``X-Agent-Name``) and of the
 bridge (``BRIDGE_SERVICE_ACCOUNT``).  The Agents the server knows are ``AGENTS``; those in
 ``AGENT_EMBEDDING_DIMENSIONS`` are governed with that ``memory.embeddingDimension``.
@@ -50,7 +52,9 @@ PATCHES = REPO / "patches" / "kagent-v0.9.11"
 OVERLAY = REPO / "tests" / "go_overlay" / "governed_memory_testserver_test.go"
 # kagent's own session and task routes beside it (KGM_TESTSERVER_SESSIONS_ADDR_FILE)
 SESSIONS_OVERLAY = REPO / "tests" / "go_overlay" / "kagent_sessions_testserver_test.go"
-OVERLAYS = (OVERLAY, SESSIONS_OVERLAY)
+# the token replay test through kagent's A2A proxy (KGM_REPLAY_TEST; tests/test_token_replay.py)
+REPLAY_OVERLAY = REPO / "tests" / "go_overlay" / "governed_memory_replay_test.go"
+OVERLAYS = (OVERLAY, SESSIONS_OVERLAY, REPLAY_OVERLAY)
 DEFAULT_SRC = Path("/work/.mirror/kagent-dev+kagent/repo")
 TAG = "v0.9.11"
 # The kagent tags the series is carried on: TAG (the main target, used by every test that
@@ -58,8 +62,11 @@ TAG = "v0.9.11"
 # pass the Go checks (tests/test_go_series.py, scripts/verify-patches).
 TAGS = (TAG, "v0.9.12")
 
-# The overlay's fake TokenReview and Kubernetes objects (see governed_memory_testserver_test.go).
+# The overlay's fake TokenReview API and Kubernetes objects (see
+# governed_memory_testserver_test.go): TOKEN_PREFIX tokens have the governed listener's audience
+# ("kagent-governed-memory"); AUDIENCE_TOKEN_PREFIX + "<audience>:<ns>:<name>" another audience.
 TOKEN_PREFIX = "kgm-test-sa:"
+AUDIENCE_TOKEN_PREFIX = "kgm-test-aud:"
 BRIDGE_SERVICE_ACCOUNT = ("kagent", "matrix-bridge")
 AGENTS = (("kagent", "my-agent"), ("kagent", "agent-a"), ("kagent", "agent-b"),
           ("kagent", "other-agent"), ("kagent", "bge-agent"))
@@ -70,6 +77,11 @@ AGENT_EMBEDDING_DIMENSIONS = {("kagent", "bge-agent"): 1024}
 def service_account_token(namespace: str, name: str) -> str:
     """The fixed test token that the overlay's TokenReview maps to ServiceAccount ns/name."""
     return f"{TOKEN_PREFIX}{namespace}:{name}"
+
+
+def audience_token(audience: str, namespace: str, name: str) -> str:
+    """A fixed test token of ServiceAccount ns/name for ``audience`` only (e.g. "kagent")."""
+    return f"{AUDIENCE_TOKEN_PREFIX}{audience}:{namespace}:{name}"
 
 
 def agent_headers(namespace: str, name: str) -> dict[str, str]:

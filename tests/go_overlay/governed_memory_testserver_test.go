@@ -3,13 +3,19 @@
 // it serves the governed memory listener exactly as app.go builds it (NewGovernedMemoryRouter:
 // the controller's own handlers, authenticator, database client and middleware; the local
 // homeserver recorded by ConfigureLocalServer; mandatory scope assertion verification), with
-// the two Kubernetes dependencies replaced the way kagent's handler tests replace them: a fake
-// TokenReviewer and a fake controller-runtime client holding the test Agents; NoopAuthorizer.
+// the Kubernetes API replaced the way kagent's handler tests replace it: a controller-runtime
+// fake client holding the test Agents and answering TokenReview creates as the API server does
+// (honouring spec.audiences), read by the controller's real KubeTokenReviewer (its audience
+// check included) behind NewCachingTokenReviewer; NoopAuthorizer.
 //
-// Fixed test tokens (the fake TokenReview):
+// Fixed test tokens (the fake TokenReview API):
 //
-//	"kgm-test-sa:<namespace>:<name>"  authenticates ServiceAccount <namespace>/<name>
-//	anything else                    is refused (401 unauthenticated)
+//	"kgm-test-sa:<namespace>:<name>"             ServiceAccount <namespace>/<name>, audience
+//	                                             "kagent-governed-memory" (the governed one)
+//	"kgm-test-aud:<audience>:<namespace>:<name>"  the same ServiceAccount, audience <audience>
+//	                                             only (e.g. "kagent": kagent's own token)
+//	anything else, or a review whose spec.audiences lacks the token's audience: not
+//	authenticated (401 unauthenticated)
 //
 // Agents (declarative, per-agent ServiceAccount named after the Agent) are
 // KGM_TESTSERVER_AGENTS ("ns/name,...", default kagent/my-agent,kagent/agent-a,kagent/agent-b,
@@ -40,16 +46,19 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -61,21 +70,70 @@ import (
 	"github.com/kagent-dev/kagent/go/core/internal/memoryscope"
 )
 
-const kgmTestTokenPrefix = "kgm-test-sa:"
+const (
+	kgmTestTokenPrefix         = "kgm-test-sa:"
+	kgmTestAudienceTokenPrefix = "kgm-test-aud:"
+	// the audience of a "kgm-test-sa:" token: the governed listener's default audience
+	kgmTestGovernedAudience = "kagent-governed-memory"
+)
 
-// kgmTestTokens is the fake TokenReview of the verification overlay.
-type kgmTestTokens struct{}
+// kgmTestTokenIdentity maps a fixed test token to its ServiceAccount and audience.
+func kgmTestTokenIdentity(token string) (audience, namespace, name string, ok bool) {
+	rest, isSA := strings.CutPrefix(token, kgmTestTokenPrefix)
+	audience = kgmTestGovernedAudience
+	if !isSA {
+		var isAud bool
+		if rest, isAud = strings.CutPrefix(token, kgmTestAudienceTokenPrefix); !isAud {
+			return "", "", "", false
+		}
+		if audience, rest, ok = strings.Cut(rest, ":"); !ok || audience == "" {
+			return "", "", "", false
+		}
+	}
+	namespace, name, ok = strings.Cut(rest, ":")
+	if !ok || namespace == "" || name == "" || strings.Contains(name, ":") {
+		return "", "", "", false
+	}
+	return audience, namespace, name, true
+}
 
-func (kgmTestTokens) Review(_ context.Context, token string) (types.NamespacedName, error) {
-	rest, ok := strings.CutPrefix(token, kgmTestTokenPrefix)
-	if !ok {
-		return types.NamespacedName{}, handlers.ErrTokenRejected
+// kgmTestKubeClient is the fake Kubernetes API of the overlay: a controller-runtime fake
+// client holding objects, whose TokenReview create answers as the API server does for the
+// fixed test tokens: authenticated, with status.audiences = [the token's audience], only if
+// spec.audiences (empty: the API server's own audience, never a test token's) contains it.
+func kgmTestKubeClient(scheme *runtime.Scheme, objects ...client.Object) client.Client {
+	return fake.NewClientBuilder().WithScheme(scheme).WithObjects(objects...).
+		WithInterceptorFuncs(interceptor.Funcs{
+			Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+				review, isReview := obj.(*authenticationv1.TokenReview)
+				if !isReview {
+					return c.Create(ctx, obj, opts...)
+				}
+				review.Status = authenticationv1.TokenReviewStatus{}
+				audience, namespace, name, ok := kgmTestTokenIdentity(review.Spec.Token)
+				if !ok || !slices.Contains(review.Spec.Audiences, audience) {
+					return nil
+				}
+				review.Status = authenticationv1.TokenReviewStatus{
+					Authenticated: true,
+					Audiences:     []string{audience},
+					User: authenticationv1.UserInfo{
+						Username: "system:serviceaccount:" + namespace + ":" + name,
+					},
+				}
+				return nil
+			},
+		}).Build()
+}
+
+// kgmTestAuthenticator is the governed listener's authenticator as app.go builds it, on the
+// overlay's fake Kubernetes API.
+func kgmTestAuthenticator(kube client.Client, bridges []types.NamespacedName) *handlers.GovernedMemoryAuthenticator {
+	return &handlers.GovernedMemoryAuthenticator{
+		Reviewer:              handlers.NewCachingTokenReviewer(&handlers.KubeTokenReviewer{Client: kube}),
+		KubeClient:            kube,
+		BridgeServiceAccounts: bridges,
 	}
-	namespace, name, ok := strings.Cut(rest, ":")
-	if !ok || namespace == "" || name == "" {
-		return types.NamespacedName{}, handlers.ErrTokenRejected
-	}
-	return types.NamespacedName{Namespace: namespace, Name: name}, nil
 }
 
 func kgmEnv(name, fallback string) string {
@@ -154,17 +212,13 @@ func TestGovernedMemoryTestServer(t *testing.T) {
 			Spec:       v1alpha2.AgentSpec{Type: v1alpha2.AgentType_Declarative, Declarative: declarative},
 		})
 	}
-	kube := fake.NewClientBuilder().WithScheme(scheme).WithObjects(agents...).Build()
+	kube := kgmTestKubeClient(scheme, agents...)
 
 	handler := handlers.NewGovernedMemoryHandler(&handlers.Base{
 		KubeClient: kube,
 		Authorizer: &authimpl.NoopAuthorizer{},
 	}, store, verifier, cfg.LocalServer)
-	authn := &handlers.GovernedMemoryAuthenticator{
-		Reviewer:              handlers.NewCachingTokenReviewer(kgmTestTokens{}),
-		KubeClient:            kube,
-		BridgeServiceAccounts: bridges,
-	}
+	authn := kgmTestAuthenticator(kube, bridges)
 	router := NewGovernedMemoryRouter(handler, authn)
 
 	listener, err := net.Listen("tcp", cfg.BindAddr)
