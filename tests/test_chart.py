@@ -243,6 +243,29 @@ def test_demo_values_render_governed_memory(env: Env) -> None:
     assert keys == [{"name": "KAGENT_MEMORY_SCOPE_PUBLIC_KEYS", "valueFrom": {"configMapKeyRef": {
         "name": "governed-memory-demo-scope-keys", "key": "keys.pem"}}}]
 
+    # The controller serves with its own login and never mounts the schema owner's Secret.
+    serving = [e for e in ctr["env"] if e["name"] == "GOVERNED_MEMORY_DATABASE_URL"]
+    assert serving == [{"name": "GOVERNED_MEMORY_DATABASE_URL", "valueFrom": {"secretKeyRef": {
+        "name": "governed-memory-demo-serving-db", "key": "url"}}}]
+    deployment = json.dumps(_one(docs, "Deployment", "kagent-controller"))
+    assert "governed-memory-demo-owner-db" not in deployment
+    assert "--governed-memory-migrate-only" not in deployment
+
+    # The schema owner's Secret is mounted only by the pre-install/pre-upgrade migration Job.
+    job = _one(docs, "Job", "kagent-governed-memory-migrate")
+    assert job["metadata"]["annotations"]["helm.sh/hook"] == "pre-install,pre-upgrade"
+    pod = job["spec"]["template"]["spec"]
+    assert pod["automountServiceAccountToken"] is False
+    (mig,) = pod["containers"]
+    assert mig["image"] == ctr["image"]
+    assert "--governed-memory-migrate-only" in mig["args"]
+    assert mig["env"] == [{"name": "POSTGRES_DATABASE_URL", "valueFrom": {"secretKeyRef": {
+        "name": "governed-memory-demo-owner-db", "key": "url"}}}]
+    assert "governed-memory-demo-serving-db" not in json.dumps(job)
+    owners = [d["kind"] + "/" + d["metadata"]["name"] for d in docs
+              if "governed-memory-demo-owner-db" in json.dumps(d)]
+    assert owners == ["Job/kagent-governed-memory-migrate"]
+
     role = _one(docs, "ClusterRole", "kagent-governed-memory-role")
     assert {"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"],
             "verbs": ["create"]} in role["rules"]
@@ -293,6 +316,9 @@ def test_demo_values_render_governed_memory(env: Env) -> None:
     ("governedMemory.scopeAssertion.issuer", "requires governedMemory.scopeAssertion.issuer"),
     ("governedMemory.scopeAssertion.publicKeysFrom", "publicKeys or governedMemory.scopeAssertion"),
     ("database.postgres.vectorEnabled", "requires database.postgres.vectorEnabled"),
+    ("governedMemory.database.servingUrlSecret.name", "requires governedMemory.database.servingUrlSecret"),
+    ("governedMemory.migration.databaseUrlSecret.name",
+     "requires governedMemory.migration.databaseUrlSecret"),
 ])
 def test_incomplete_governed_values_fail_the_render(env: Env, unset: str, message: str) -> None:
     done = env.render(env.chart, "-f", str(SAMPLE / "values-demo.yaml"), "--set", f"{unset}=null",
