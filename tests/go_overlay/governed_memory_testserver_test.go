@@ -20,7 +20,11 @@
 // Agents (declarative, per-agent ServiceAccount named after the Agent) are
 // KGM_TESTSERVER_AGENTS ("ns/name,...", default kagent/my-agent,kagent/agent-a,kagent/agent-b,
 // kagent/other-agent; all governed, "ns/name@1024" with memory.embeddingDimension 1024); an agent calls with the token of ServiceAccount <ns>/<name> and
-// X-Agent-Name "<ns>__NS__<name>" (kagent's app name, '-' as '_'). The bridge ServiceAccounts
+// X-Agent-Name "<ns>__NS__<name>" (kagent's app name, '-' as '_'). Each test Agent has a Pod
+// "<name>-0" as the controller runs it (labels app: kagent, kagent: <name>; serviceAccountName
+// <name>; a fixed UID), and every token's TokenReview carries the pod claims of the Pod
+// "<sa name>-0" (as for a projected token bound to it), so an agent's token is bound to its
+// Agent's Pod. The bridge ServiceAccounts
 // are KGM_TESTSERVER_BRIDGE_SERVICE_ACCOUNTS (default kagent/matrix-bridge), as
 // --governed-memory-bridge-service-accounts.
 //
@@ -53,6 +57,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -97,6 +102,28 @@ func kgmTestTokenIdentity(token string) (audience, namespace, name string, ok bo
 	return audience, namespace, name, true
 }
 
+// kgmTestPodName and kgmTestPodUID name the Pod an agent token of ServiceAccount
+// namespace/name is bound to: "<name>-0", with a fixed UID.
+func kgmTestPodName(name string) string { return name + "-0" }
+
+func kgmTestPodUID(namespace, name string) string {
+	return "kgm-test-pod-uid-" + namespace + "-" + name
+}
+
+// kgmTestAgentPod is the Pod of the test Agent namespace/name as the controller's translator
+// runs it: its selector labels, the per-agent ServiceAccount, the UID its tokens name.
+func kgmTestAgentPod(namespace, name string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: namespace,
+			Name:      kgmTestPodName(name),
+			UID:       types.UID(kgmTestPodUID(namespace, name)),
+			Labels:    map[string]string{"app": "kagent", "kagent": name},
+		},
+		Spec: corev1.PodSpec{ServiceAccountName: name},
+	}
+}
+
 // kgmTestKubeClient is the fake Kubernetes API of the overlay: a controller-runtime fake
 // client holding objects, whose TokenReview create answers as the API server does for the
 // fixed test tokens: authenticated, with status.audiences = [the token's audience], only if
@@ -119,6 +146,11 @@ func kgmTestKubeClient(scheme *runtime.Scheme, objects ...client.Object) client.
 					Audiences:     []string{audience},
 					User: authenticationv1.UserInfo{
 						Username: "system:serviceaccount:" + namespace + ":" + name,
+						// a projected token is bound to the pod it was mounted in
+						Extra: map[string]authenticationv1.ExtraValue{
+							"authentication.kubernetes.io/pod-name": {kgmTestPodName(name)},
+							"authentication.kubernetes.io/pod-uid":  {kgmTestPodUID(namespace, name)},
+						},
 					},
 				}
 				return nil
@@ -188,6 +220,9 @@ func TestGovernedMemoryTestServer(t *testing.T) {
 	if err := v1alpha2.AddToScheme(scheme); err != nil {
 		t.Fatalf("scheme: %v", err)
 	}
+	if err := corev1.AddToScheme(scheme); err != nil {
+		t.Fatalf("scheme: %v", err)
+	}
 	var agents []client.Object
 	for item := range strings.SplitSeq(kgmEnv("KGM_TESTSERVER_AGENTS", "kagent/my-agent,kagent/agent-a,kagent/agent-b,kagent/other-agent"), ",") {
 		namespace, name, ok := strings.Cut(strings.TrimSpace(item), "/")
@@ -210,7 +245,7 @@ func TestGovernedMemoryTestServer(t *testing.T) {
 		agents = append(agents, &v1alpha2.Agent{
 			ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
 			Spec:       v1alpha2.AgentSpec{Type: v1alpha2.AgentType_Declarative, Declarative: declarative},
-		})
+		}, kgmTestAgentPod(namespace, name))
 	}
 	kube := kgmTestKubeClient(scheme, agents...)
 
