@@ -342,17 +342,49 @@ async def test_unauthenticated_calls_are_refused_and_change_nothing(
     headers = {"none": {}, "forged": {"Authorization": "Bearer forged-token"},
                "not-bearer": {"Authorization": "Basic a2FnZW50OmthZ2VudA=="}}[credential]
     before = _state(db)
+    # The listener throttles failed authentications per source address (10, then 429): each
+    # route is called from a loopback address of its own, so every answer is the refusal itself.
+    offset = {"none": 0, "forged": 20, "not-bearer": 40}[credential]
     try:
-        for route in RUNTIME + BRIDGE:
+        for i, route in enumerate(RUNTIME + BRIDGE):
             extra = {"x-kagent-memory-scope": backend.assertion(key)} if route in RUNTIME else {}
-            r = await client.post(f"{GOVERNED}/{route}", json=_body(key, route),
-                                  headers={**headers, **extra,
-                                           "X-Agent-Name": "kagent__NS__my_agent"})
+            async with _client_from(controller, f"127.0.1.{offset + i + 1}") as source:
+                r = await source.post(f"{GOVERNED}/{route}", json=_body(key, route),
+                                      headers={**headers, **extra,
+                                               "X-Agent-Name": "kagent__NS__my_agent"})
             assert (r.status_code, r.json()) == (401, {"error": "unauthenticated"}), route
     finally:
         await client.aclose()
     assert _state(db) == before
     assert db.rows_of(key) == 1
+
+
+def _client_from(url: str, address: str) -> httpx.AsyncClient:
+    """A client whose connections come from ``address`` (any 127/8 address on loopback)."""
+    return httpx.AsyncClient(base_url=url, timeout=30,
+                             transport=httpx.AsyncHTTPTransport(local_address=address))
+
+
+@controller_only
+async def test_failed_authentications_are_throttled_per_source(controller: str) -> None:
+    """Ten failed authentications from one address are answered 401; then that address gets
+    429 ``rate_limited`` (no TokenReview) while another address is still answered 401, and a
+    token already reviewed as valid keeps working from the throttled address."""
+    forged = {"Authorization": "Bearer forged-token", "X-Agent-Name": "kagent__NS__my_agent"}
+    body = {"scope": scope_body(fresh_key("t"))}
+    async with _client_from(controller, "127.0.2.1") as noisy, \
+            _client_from(controller, "127.0.2.2") as other:
+        r = await other.post(f"{GOVERNED}/status", json=body, headers=bridge_headers())
+        assert r.status_code not in (401, 429), r.text  # the bridge token, now reviewed
+        answers = [(r.status_code, r.json()) for r in
+                   [await noisy.post(f"{GOVERNED}/status", json=body, headers=forged)
+                    for _ in range(12)]]
+        assert answers[:10] == [(401, {"error": "unauthenticated"})] * 10
+        assert (429, {"error": "rate_limited"}) in answers[10:]
+        r = await other.post(f"{GOVERNED}/status", json=body, headers=forged)
+        assert (r.status_code, r.json()) == (401, {"error": "unauthenticated"})
+        r = await noisy.post(f"{GOVERNED}/status", json=body, headers=bridge_headers())
+        assert r.status_code != 429 and r.status_code != 401, r.text
 
 
 @controller_only
