@@ -79,7 +79,8 @@ def test_series_unit_tests_pass_on_0912(runtime_0912):
     files = sorted(p.name for p in runtime_0912["tests"].glob("test_*.py"))
     assert files == ["test_embedding_logs.py", "test_governed_memory_autosave.py",
                      "test_governed_memory_service.py", "test_governed_memory_telemetry.py",
-                     "test_governed_memory_tools.py", "test_memory_scope.py"]
+                     "test_governed_memory_token.py", "test_governed_memory_tools.py",
+                     "test_memory_scope.py"]
     assert done.returncode == 0, out[-6000:]
     assert " passed" in out and "failed" not in out and "skipped" not in out
 
