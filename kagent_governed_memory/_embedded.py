@@ -31,6 +31,8 @@ RUNTIME_GROUP = "kagent_memory_runtime"
 BRIDGE_GROUP = "kagent_memory_bridge"
 RUNTIME_ROLE = "kgm_runtime"  # an agent runtime's login (member of kagent_memory_runtime)
 BRIDGE_ROLE = "kgm_bridge"  # the bridge's login (member of kagent_memory_bridge)
+# the kagent controller's serving login: runtime + bridge + operator (not the deprecated service)
+CONTROLLER_ROLE = "kgm_controller"
 APP_DATABASE = "kgm"
 
 
@@ -110,8 +112,10 @@ def prepare_app_database(admin_dsn: str, database: str, template: str = "") -> N
     * ``kgm_app`` (login) is only a member of ``kagent_memory_service``: EXECUTE on the
       governed functions, no table privilege.  Applications and tests connect as it;
     * ``kgm_operator`` (login) is a member of ``kagent_memory_service`` and
-      ``kagent_memory_operator``: also the offboarding entry points (as the kagent controller's
-      login would be).
+      ``kagent_memory_operator``: also the offboarding entry points;
+    * ``kgm_controller`` (login) is a member of ``kagent_memory_runtime``,
+      ``kagent_memory_bridge`` and ``kagent_memory_operator``, as the kagent controller's
+      serving login is (it registers itself as a verifier at startup).
 
     pgvector is created by the superuser (it is not a trusted extension).
     """
@@ -142,6 +146,10 @@ def prepare_app_database(admin_dsn: str, database: str, template: str = "") -> N
             if not has(login):
                 conn.execute(sql.SQL("CREATE ROLE {} LOGIN NOSUPERUSER NOBYPASSRLS IN ROLE {}")
                              .format(sql.Identifier(login), sql.Identifier(group)))
+        if not has(CONTROLLER_ROLE):
+            conn.execute(sql.SQL("CREATE ROLE {} LOGIN NOSUPERUSER NOBYPASSRLS IN ROLE {}, {}, {}")
+                         .format(sql.Identifier(CONTROLLER_ROLE), sql.Identifier(RUNTIME_GROUP),
+                                 sql.Identifier(BRIDGE_GROUP), sql.Identifier(OPERATOR_GROUP)))
         create = sql.SQL("CREATE DATABASE {} OWNER {}").format(
             sql.Identifier(database), sql.Identifier(OWNER_ROLE))
         if template:
@@ -167,6 +175,7 @@ class EmbeddedPostgres:
         self.data_dir: Path | None = Path(data_dir).absolute() if data_dir is not None else None
         self.dsn = ""  # the application: a member of kagent_memory_service
         self.operator_dsn = ""  # also a member of kagent_memory_operator: offboarding
+        self.controller_dsn = ""  # the kagent controller's: runtime + bridge + operator
         self.owner_dsn = ""  # the schema owner: migrations only
         self.admin_dsn = ""  # the superuser, same database
 
@@ -202,6 +211,7 @@ class EmbeddedPostgres:
         self.owner_dsn = f"{base} user={OWNER_ROLE} dbname={APP_DATABASE}"
         self.dsn = f"{base} user={APP_ROLE} dbname={APP_DATABASE}"
         self.operator_dsn = f"{base} user={OPERATOR_ROLE} dbname={APP_DATABASE}"
+        self.controller_dsn = f"{base} user={CONTROLLER_ROLE} dbname={APP_DATABASE}"
         return self
 
     def stop(self) -> None:

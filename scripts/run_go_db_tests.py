@@ -11,14 +11,16 @@ container) and runs ``go test -race -count=1`` package by package in ``TREE/go``
 CI does (``go test -race ./...``).
 
 Roles.  ``EmbeddedPostgres`` prepares the roles of docs/database-roles.md, among them the
-NOLOGIN groups ``kagent_memory_service`` (EXECUTE on the governed entry points only) and
-``kagent_memory_operator`` (EXECUTE on the three offboarding entry points only); the script
-makes sure both exist before the tests' concurrent migrations run.  The governed tests
-(``database`` and ``httpserver/handlers``) do not run as the superuser: through
-``dbtest.MemberLoginT`` each creates throwaway logins that are members of those groups only --
-``kagent_memory_service`` for the database client, ``kagent_memory_service`` +
-``kagent_memory_operator`` for the controller's HTTP handlers, a service-only login to check
-that offboarding is refused to it.  The superuser only creates the databases, migrates and
+NOLOGIN groups ``kagent_memory_runtime``, ``kagent_memory_bridge``, ``kagent_memory_operator``
+and ``kagent_memory_service`` (deprecated, the union of runtime and bridge plus the unbound
+runtime calls); the script makes sure all four exist before the tests' concurrent migrations
+run.  The governed tests (``database`` and ``httpserver/handlers``) do not run as the superuser:
+through ``dbtest.MemberLoginT`` each creates throwaway logins that are members of those groups
+only -- ``kagent_memory_service`` for the database client's unbound calls,
+``kagent_memory_runtime`` + ``kagent_memory_bridge`` + ``kagent_memory_operator`` (the
+controller's serving login) for the policies, the verifier registration and the controller's
+HTTP handlers, a runtime-only login to check that offboarding, granting and registering are
+refused to it.  The superuser only creates the databases, migrates and
 resets tables.  The script turns on ``log_connections`` and DDL logging for its private server
 and prints, per package pattern, which logins connected and what each ``kagent_test_*`` login
 was made a member of, so the report shows what actually ran as what.  Afterwards it checks
@@ -52,6 +54,9 @@ SEAM_ENV = "KAGENT_TEST_DATABASE_URL"
 SEAM_FILE = "core/internal/dbtest/pgserver/pgserver.go"
 SERVICE_ROLE = "kagent_memory_service"
 OPERATOR_GROUP = "kagent_memory_operator"
+RUNTIME_GROUP = "kagent_memory_runtime"
+BRIDGE_GROUP = "kagent_memory_bridge"
+GROUPS = (SERVICE_ROLE, OPERATOR_GROUP, RUNTIME_GROUP, BRIDGE_GROUP)
 TEST_PREFIX = "kagent_test_"
 
 # The packages the series touches, plus the two that only host DB tests through dbtest: the
@@ -271,7 +276,7 @@ def _run(pg, go: str, workdir: Path, packages: list[str], verbose: bool) -> int:
     extension = psql("SELECT default_version FROM pg_available_extensions WHERE name = 'vector'")
     # EmbeddedPostgres already made the groups (prepare_app_database); make sure of them, so the
     # tests' concurrent migrations never race to create them.
-    for group in (SERVICE_ROLE, OPERATOR_GROUP):
+    for group in GROUPS:
         psql(f"DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '{group}') "
              f"THEN CREATE ROLE {group} NOLOGIN; END IF; END $$")
     psql("ALTER SYSTEM SET log_connections = 'on'")
@@ -279,7 +284,7 @@ def _run(pg, go: str, workdir: Path, packages: list[str], verbose: bool) -> int:
     psql("SELECT pg_reload_conf()")
     log = ServerLog(data_directory)
     print(f"db:   {version.split(' on ')[0]}, pgvector {extension[0] if extension else 'MISSING'}, "
-          f"roles: {superuser} (superuser), {SERVICE_ROLE} and {OPERATOR_GROUP} (NOLOGIN)")
+          f"roles: {superuser} (superuser), {', '.join(GROUPS)} (NOLOGIN)")
     print(f"env:  {SEAM_ENV}={server_url(pg.admin_dsn)}")
 
     env = dict(os.environ)

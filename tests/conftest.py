@@ -31,6 +31,7 @@ from kagent_governed_memory import (
 )
 from kagent_governed_memory._embedded import (
     APP_ROLE,
+    CONTROLLER_ROLE,
     OPERATOR_ROLE,
     OWNER_ROLE,
     pg_ctl_executable,
@@ -66,6 +67,8 @@ class Db:
     admin_dsn: str  # superuser, same database
     owner_dsn: str  # the schema owner: migrations
     operator_dsn: str = ""  # also a member of kagent_memory_operator: offboarding
+    # the kagent controller's serving login: runtime + bridge + operator roles
+    controller_dsn: str = ""
 
     def admin(self) -> psycopg.Connection:
         return psycopg.connect(self.admin_dsn, autocommit=True)
@@ -90,6 +93,7 @@ def database(postgresql_proc) -> Iterator[Db]:
         admin_dsn=make_conninfo(base, dbname=name),
         owner_dsn=make_conninfo(base, user=OWNER_ROLE, dbname=name),
         operator_dsn=make_conninfo(base, user=OPERATOR_ROLE, dbname=name),
+        controller_dsn=make_conninfo(base, user=CONTROLLER_ROLE, dbname=name),
     )
     with psycopg.connect(base, autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

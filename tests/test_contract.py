@@ -2,8 +2,9 @@
 in-process, on the patched kagent controller compiled from the Go series (``go_controller.py``)
 called over raw HTTP, and on that controller through the library's own kagent-mode clients
 (``KagentControllerStore``/``KagentBridgeStore``), each on its own PostgreSQL database, as EXECUTE-only logins: the application's (a member of
-``kagent_memory_service``), and for offboarding the operator's (also ``kagent_memory_operator``),
-which is also the compiled controller's login.
+``kagent_memory_service``), and for offboarding the operator's (also ``kagent_memory_operator``);
+the compiled controller's login is a member of ``kagent_memory_runtime``,
+``kagent_memory_bridge`` and ``kagent_memory_operator``, as a deployment's serving login.
 
 The controller is called as a deployment calls it (``contract_backends.HttpBackend``): bridge
 routes with the bridge's ServiceAccount token, runtime routes with the agent's token and a
@@ -58,6 +59,7 @@ from kagent_governed_memory import (
 )
 from kagent_governed_memory._embedded import (
     APP_ROLE,
+    CONTROLLER_ROLE,
     OPERATOR_ROLE,
     OWNER_ROLE,
     prepare_app_database,
@@ -85,8 +87,9 @@ def vec(text: str) -> list[float]:
 
 
 class Db:
-    def __init__(self, app: str, owner: str, admin: str, operator: str) -> None:
+    def __init__(self, app: str, owner: str, admin: str, operator: str, controller: str) -> None:
         self.app, self.owner, self.admin, self.operator = app, owner, admin, operator
+        self.controller = controller  # the kagent controller's serving login
 
     def scalar(self, sql: str, params: list[Any] | None = None) -> Any:
         with psycopg.connect(self.admin, autocommit=True) as conn:
@@ -114,7 +117,8 @@ def backend_db(request: pytest.FixtureRequest, postgresql_proc: Any) -> Iterator
     prepare_app_database(base, name, template=postgresql_proc.template_dbname)
     db = Db(make_conninfo(base, user=APP_ROLE, dbname=name),
             make_conninfo(base, user=OWNER_ROLE, dbname=name), make_conninfo(base, dbname=name),
-            make_conninfo(base, user=OPERATOR_ROLE, dbname=name))
+            make_conninfo(base, user=OPERATOR_ROLE, dbname=name),
+            make_conninfo(base, user=CONTROLLER_ROLE, dbname=name))
     asyncio.run(migrate(db.owner, local_server=LOCAL))
     yield request.param, db
     with psycopg.connect(base, autocommit=True) as conn:
@@ -128,10 +132,10 @@ def controller_url(backend_db: tuple[str, Db]) -> Iterator[str | None]:
         yield None
         return
     try:
-        # the controller's login: the service role, and the operator role for /offboard
+        # the controller's login: the runtime, bridge and operator roles (not the service role)
         env = {"KAGENT_MEMORY_SCOPE_PUBLIC_KEYS": public_key_pem(BRIDGE_KEY).decode(),
                "KAGENT_MEMORY_SCOPE_ISSUER": ISSUER}
-        with serve(db.operator, local_server=LOCAL, env=env) as url:
+        with serve(db.controller, local_server=LOCAL, env=env) as url:
             yield url
     except Unavailable as exc:
         pytest.skip(f"GO VERIFICATION NOT RUN: the compiled controller is unavailable ({exc})")

@@ -49,7 +49,7 @@ from kagent_governed_memory import (
     StoreUnavailable,
     memory_request,
 )
-from kagent_governed_memory._embedded import OPERATOR_ROLE
+from kagent_governed_memory._embedded import CONTROLLER_ROLE
 from kagent_governed_memory.keys import public_key_pem
 
 PURPOSE = "personal_preferences"
@@ -78,7 +78,7 @@ async def mode(request: pytest.FixtureRequest, database: Db) -> AsyncIterator[Mo
         yield Mode("direct", store, store, database)
         await store.close()
         return
-    running = controller(database.operator_dsn, local_server=LOCAL, env=ENV)
+    running = controller(database.controller_dsn, local_server=LOCAL, env=ENV)
     try:
         process = running.__enter__()
     except Unavailable as exc:
@@ -269,9 +269,9 @@ async def test_a_controller_5xx_means_no_memory_and_the_chat_answers(mode: Mode)
     key = make_key()
     await mode.controls.grant(key, purpose=PURPOSE)
     with mode.db.admin() as conn:  # the controller's database login stops working
-        conn.execute(f'ALTER ROLE "{OPERATOR_ROLE}" NOLOGIN')
+        conn.execute(f'ALTER ROLE "{CONTROLLER_ROLE}" NOLOGIN')
         conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
-                     " WHERE usename = %s", [OPERATOR_ROLE])
+                     " WHERE usename = %s", [CONTROLLER_ROLE])
     try:
         out = await h.turn("remember: likes tea", key=key)
         assert out and tool_result(out)["status"] != "saved"
@@ -282,7 +282,7 @@ async def test_a_controller_5xx_means_no_memory_and_the_chat_answers(mode: Mode)
         assert int(failed.value.ids["status"]) >= 500
     finally:
         with mode.db.admin() as conn:
-            conn.execute(f'ALTER ROLE "{OPERATOR_ROLE}" LOGIN')
+            conn.execute(f'ALTER ROLE "{CONTROLLER_ROLE}" LOGIN')
     assert physical_rows(mode.db, key) == 0
     assert (await _remember(h, key, "likes tea"))["status"] == "saved"
 

@@ -45,7 +45,7 @@ from kagent_runtime.runtime_venv import (
 from psycopg.conninfo import make_conninfo
 
 from kagent_governed_memory._embedded import (
-    OPERATOR_ROLE,
+    CONTROLLER_ROLE,
     OWNER_ROLE,
     prepare_app_database,
 )
@@ -107,7 +107,7 @@ def report(tmp_path_factory, postgresql_proc) -> dict[str, Any]:
     try:
         # governed memory: the controller's login; kagent's core tables: the database owner's
         # (kagent's migrations create them)
-        with serve_sessions(make_conninfo(base, user=OPERATOR_ROLE, dbname=name), owner_dsn,
+        with serve_sessions(make_conninfo(base, user=CONTROLLER_ROLE, dbname=name), owner_dsn,
                             env=server_env, log=root / "controller.log") as (url, sessions_url):
             env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
             env.update({

@@ -31,7 +31,7 @@
 // Run as a compiled test binary with:
 //
 //	KGM_TESTSERVER_ADDR_FILE  where to write "host:port" once listening (required)
-//	KGM_TESTSERVER_DSN        the database login the controller uses (the service role)
+//	KGM_TESTSERVER_DSN        the controller's serving login (runtime, bridge and operator roles)
 //	KGM_TESTSERVER_LOCAL_SERVER  the local homeserver (--governed-memory-local-server)
 //	KAGENT_MEMORY_SCOPE_PUBLIC_KEYS[_FILE], KAGENT_MEMORY_SCOPE_ISSUER  as for the controller
 //	KGM_TESTSERVER_BIND       the listen address (default 127.0.0.1:0; a restart reuses one)
@@ -183,15 +183,18 @@ func TestGovernedMemoryTestServer(t *testing.T) {
 	// The controller's own logs, at debug level, on standard output: a sink the tests read.
 	ctrllog.SetLogger(zap.New(zap.UseDevMode(true), zap.WriteTo(os.Stdout)))
 	ctx := context.Background()
-	// The controller's own connect path (pgvector types registered, as with the vector track).
-	pool, err := coredatabase.Connect(ctx, &coredatabase.PostgresConfig{
-		URL: os.Getenv("KGM_TESTSERVER_DSN"), VectorEnabled: true,
-	})
+	// The controller's own connect path (app.go's connectGovernedMemory): pgvector types
+	// registered and the server log parameters pinned and checked on every connection, then
+	// the serving login registered as a verifier and the controller's policy required.
+	pool, err := coredatabase.ConnectGoverned(ctx, os.Getenv("KGM_TESTSERVER_DSN"))
 	if err != nil {
 		t.Fatalf("database: %v", err)
 	}
 	defer pool.Close()
 	store := coredatabase.NewGovernedMemoryStore(pool)
+	if err := handlers.PrepareGovernedServing(ctx, store, pool.Config().ConnConfig.User); err != nil {
+		t.Fatalf("governed memory: %v", err)
+	}
 
 	bridges, err := ParseBridgeServiceAccounts(kgmEnv("KGM_TESTSERVER_BRIDGE_SERVICE_ACCOUNTS", "kagent/matrix-bridge"))
 	if err != nil {
