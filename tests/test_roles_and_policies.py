@@ -453,3 +453,34 @@ async def test_migrations_register_the_adr_prototype(database):
                            " explicit_burst, explicit_ops_per_minute, scope_ops_per_hour"
                            " FROM memory_policy WHERE version = %s", [VERSION]).fetchone()
     assert row == (timedelta(days=7), 100, 512, timedelta(days=90), 3, 6, 60)
+
+
+def test_cli_registers_policies_and_logins(database, tmp_path, capsys):
+    import asyncio
+    import json
+
+    from kagent_governed_memory.cli import main
+
+    asyncio.run(migrated(database))
+    policy = tmp_path / "policy.json"
+    policy.write_text(json.dumps({"version": "tight-1", "entry_cap": 20, "max_ttl": 86400}))
+    op = ["--dsn", database.operator_dsn, "--local-server", LOCAL, "--json"]
+    assert main(["policy", "register", "--file", str(policy), "--dimensions", "768,1024",
+                 *op]) == 0
+    assert json.loads(capsys.readouterr().out)["outcome"] == "registered"
+    assert main(["policy", "allow", "--version", "tight-1", "--namespace", "kagent", *op]) == 0
+    assert main(["login", "register-runtime", "--login", RUNTIME_ROLE, "--namespace", "kagent",
+                 "--agent", "my-agent", *op]) == 0
+    capsys.readouterr()
+    # an application login is refused, naming the role it lacks
+    assert main(["policy", "register", "--file", str(policy), "--dsn", database.dsn,
+                 "--local-server", LOCAL, "--json"]) != 0
+    assert json.loads(capsys.readouterr().out)["error"] == "role_not_permitted"
+    with database.admin() as conn:
+        assert conn.execute("SELECT entry_cap, max_ttl, embedding_dimensions FROM memory_policy"
+                            " WHERE version = 'tight-1'").fetchone() \
+            == (20, timedelta(days=1), [768, 1024])
+        assert conn.execute("SELECT agent_namespace, agent_name FROM memory_policy_allowance"
+                            " WHERE policy_version = 'tight-1'").fetchall() == [("kagent", None)]
+        assert conn.execute("SELECT login, agent_name FROM memory_runtime_login").fetchall() \
+            == [(RUNTIME_ROLE, "my-agent")]
