@@ -131,7 +131,9 @@ class _Erasure:
         for attempt in range(_DISABLE_ATTEMPTS):
             try:
                 return await self._one("withdraw", "DisableMemoryScope", _key(key))
-            except StoreUnavailable:
+            except StoreUnavailable as exc:
+                if exc.reason is ReasonCode.ROLE_NOT_PERMITTED:
+                    raise  # refused before any round trip: nothing to retry
                 if attempt + 1 == _DISABLE_ATTEMPTS:
                     break
                 await asyncio.sleep(0.05 * 2**attempt)
