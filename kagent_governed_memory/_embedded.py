@@ -118,7 +118,9 @@ def prepare_app_database(admin_dsn: str, database: str, template: str = "") -> N
     import psycopg
     from psycopg import sql
 
-    with psycopg.connect(admin_dsn, autocommit=True) as conn:
+    from ._logpin import pinned_dsn
+
+    with psycopg.connect(pinned_dsn(admin_dsn), autocommit=True) as conn:
         def has(role: str) -> bool:
             return conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", [role]).fetchone() is not None
 
@@ -149,7 +151,7 @@ def prepare_app_database(admin_dsn: str, database: str, template: str = "") -> N
         conn.execute(create)
     if not template:
         target = psycopg.conninfo.make_conninfo(admin_dsn, dbname=database)
-        with psycopg.connect(target, autocommit=True) as conn:
+        with psycopg.connect(pinned_dsn(target), autocommit=True) as conn:
             conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
 
 

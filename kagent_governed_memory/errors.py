@@ -127,6 +127,7 @@ class ReasonCode(StrEnum):
     OPERATOR_ROLE_MISSING = "operator_role_missing"
     CALLER_ROLE_MISSING = "caller_role_missing"
     LOCAL_SERVER_MISMATCH = "local_server_mismatch"
+    LOG_SETTINGS_UNSAFE = "log_settings_unsafe"
     TRANSACTION_REFUSED = "transaction_refused"
     # the kagent controller's governed API (kagent mode)
     UNAUTHENTICATED = "unauthenticated"
@@ -168,6 +169,13 @@ _DEFAULT_HINT: dict[ReasonCode, str] = {
     "transaction (check default_transaction_isolation of the login role)",
     ReasonCode.LOCAL_SERVER_MISMATCH: "the database is configured for another local homeserver; "
     "pass the same local_server as every other store of this database",
+    ReasonCode.LOG_SETTINGS_UNSAFE: "a server-log setting of this connection differs from its "
+    "safe value, so PostgreSQL's log could receive statement parameters (facts, vectors), plans "
+    "or parse trees: the library sends them as connection options (-c "
+    "log_parameter_max_length_on_error=0, debug_print_parse/rewritten/plan=off, "
+    "plpgsql.print_strict_params=off, local_preload_libraries empty), which something dropped or "
+    "overrode (a pooler that ignores the options startup parameter, a SET after connecting): "
+    "connect directly or let the pooler pass options; see docs/database-roles.md, Server log",
     ReasonCode.SPAN_CONTENT_CAPTURE: "google-adk captures message content in spans or logs; set "
     "ADK_CAPTURE_MESSAGE_CONTENT_IN_SPANS=false and leave "
     "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT unset, or wrap every exporter in "
