@@ -197,6 +197,8 @@ async def test_open_refuses_a_connection_that_does_not_hold_the_pinned_settings(
     assert err.value.reason is ReasonCode.LOG_SETTINGS_UNSAFE
     assert err.value.ids == {"setting": "log_parameter_max_length_on_error"}
     assert "-1" not in str(err.value)
+    from kagent_governed_memory.cli import EXIT_CONFIGURATION, exit_code
+    assert exit_code(err.value.reason) == EXIT_CONFIGURATION  # a setup error, not an outage
 
 
 LEAKING_SET = {**LEAKING, "local_preload_libraries": "auto_explain"}
