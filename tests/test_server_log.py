@@ -139,10 +139,9 @@ async def test_refused_and_accepted_saves_leave_no_content_in_the_server_log(
     marks = {"accepted": 0.0271828, "query": 0.0314159, "stale": 0.0161803, "late": 0.0141421}
 
     store = await open_store(database)
-    # a store whose policy (same version) allows longer facts than the consent recorded: its
-    # too-large fact passes the library's check and is refused by the database
-    wide = await open_store(database, policy=PROTOTYPE_POLICY.model_copy(
-        update={"fact_max_bytes": 2048}))
+    # a client whose own check allows longer facts than the consent recorded (same policy
+    # version): its too-large fact passes the library's check and is refused by the database
+    wide = await open_store(database)
     try:
         key, other = make_key(), make_key("@bob:example.org")
         g1 = (await store.grant(key, purpose=PURPOSE)).generation
@@ -162,6 +161,7 @@ async def test_refused_and_accepted_saves_leave_no_content_in_the_server_log(
         with pytest.raises(ConsentRequired):
             await store.save(key, g2, facts=[s["late"]],
                              embeddings=[_vector_with(marks["late"], s["late"])])
+        wide.policy = PROTOTYPE_POLICY.model_copy(update={"fact_max_bytes": 2048})
         big = s["bigdb"] + "x" * 600
         with pytest.raises(FactTooLarge):
             await wide.save(other, await wide.generation(other), facts=[big],
