@@ -41,6 +41,7 @@ SELECT r.rolsuper, r.rolbypassrls,
        {SETTINGS_COLUMNS}
   FROM pg_roles r WHERE r.rolname = current_user
 """
+_LOGIN_SETTINGS_AT = 5  # the column of _LOGIN_CHECK where the settings' booleans start
 
 _FUNCTION = re.compile(r"\b(memory_[a-z_]+)\(")
 _LOGIN = re.compile(r"^[A-Za-z_][A-Za-z0-9_$.-]{0,62}$")

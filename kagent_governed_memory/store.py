@@ -24,7 +24,7 @@ from ._cursor import _CURSOR, _cursor_tag, _decode_cursor, _encode_cursor  # noq
 from ._erasure import _Erasure
 from ._logpin import PINNED_LOG_SETTINGS, pinned_dsn
 from ._pgtypes import _login_probe, _VectorArrayDumper, _Vectors
-from ._policies import _LOGIN_CHECK, _check_policy, _function_of, _Registry
+from ._policies import _LOGIN_CHECK, _LOGIN_SETTINGS_AT, _check_policy, _function_of, _Registry
 from ._runtime_ops import MAX_SEARCH_LIMIT, MAX_SEARCH_QUERIES, _audience, _RuntimeOps
 from ._validate import (
     EMBEDDING_DIMENSION,
@@ -187,7 +187,8 @@ class GovernedMemoryStore(_RuntimeOps, _Registry, _Erasure):
         row = await cur.fetchone()
         if row is None or (any(row[:3]) and not privileged):
             raise InvalidInput(ReasonCode.PRIVILEGED_ROLE)
-        for (name, _safe), safe in zip(PINNED_LOG_SETTINGS, row[5:], strict=True):
+        for (name, _safe), safe in zip(PINNED_LOG_SETTINGS, row[_LOGIN_SETTINGS_AT:],
+                                          strict=True):
             if safe is not True:  # the name of a setting, never its value
                 raise InvalidInput(ReasonCode.LOG_SETTINGS_UNSAFE, setting=name)
         if await schema_version(conn) is None:
