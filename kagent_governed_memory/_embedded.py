@@ -27,6 +27,10 @@ OWNER_ROLE = "kgm_owner"
 APP_ROLE = "kgm_app"
 OPERATOR_GROUP = "kagent_memory_operator"
 OPERATOR_ROLE = "kgm_operator"
+RUNTIME_GROUP = "kagent_memory_runtime"
+BRIDGE_GROUP = "kagent_memory_bridge"
+RUNTIME_ROLE = "kgm_runtime"  # an agent runtime's login (member of kagent_memory_runtime)
+BRIDGE_ROLE = "kgm_bridge"  # the bridge's login (member of kagent_memory_bridge)
 APP_DATABASE = "kgm"
 
 
@@ -134,6 +138,12 @@ def prepare_app_database(admin_dsn: str, database: str, template: str = "") -> N
             conn.execute(sql.SQL("CREATE ROLE {} LOGIN NOSUPERUSER NOBYPASSRLS IN ROLE {}, {}")
                          .format(sql.Identifier(OPERATOR_ROLE), sql.Identifier(SERVICE_ROLE),
                                  sql.Identifier(OPERATOR_GROUP)))
+        for group, login in ((RUNTIME_GROUP, RUNTIME_ROLE), (BRIDGE_GROUP, BRIDGE_ROLE)):
+            if not has(group):
+                conn.execute(sql.SQL("CREATE ROLE {} NOLOGIN").format(sql.Identifier(group)))
+            if not has(login):
+                conn.execute(sql.SQL("CREATE ROLE {} LOGIN NOSUPERUSER NOBYPASSRLS IN ROLE {}")
+                             .format(sql.Identifier(login), sql.Identifier(group)))
         create = sql.SQL("CREATE DATABASE {} OWNER {}").format(
             sql.Identifier(database), sql.Identifier(OWNER_ROLE))
         if template:

@@ -33,11 +33,25 @@ class _Erasure:
     async def _all(self, op: str, name: str, params: list[Any]) -> list[tuple[Any, ...]]:
         raise NotImplementedError
 
+    _bound: bool
+
+    def _request(self, op: str, key: ScopeKey) -> list[Any]:
+        raise NotImplementedError
+
     async def forget(self, key: ScopeKey, entry_id: str) -> ForgetReceipt:
         """Delete one entry and verify it unreadable (U3).  An absent, foreign, malformed or
-        already-forgotten id gives the same receipt with ``deleted=0``: no existence oracle."""
+        already-forgotten id gives the same receipt with ``deleted=0``: no existence oracle.
+
+        A runtime login forgets within its current request's scope only (the bound
+        statement); verifying is the bridge's step, so its receipt says ``verified=False``."""
         self._servable(key)
         target = _parse_entry_id(entry_id)
+        if self._bound:
+            row = await self._one("forget", "ForgetMemoryEntryBound",
+                                  [*self._request("forget", key), *_key(key), None, target])
+            return ForgetReceipt(scope_id=key.opaque_id, generation=row[0] if row else None,
+                                 deleted=int(row[1]) if row else 0, verified=False,
+                                 at=datetime.now(UTC))
         row = await self._one("forget", "ForgetMemoryEntry", [*_key(key), target])
         deleted = int(row[1]) if row else 0
         generation, at = await self._verify(key, None, target, complete=False)
@@ -122,7 +136,9 @@ class _Erasure:
         for attempt in range(_DISABLE_ATTEMPTS):
             try:
                 return await self._one("withdraw", "DisableMemoryScope", _key(key))
-            except StoreUnavailable:
+            except StoreUnavailable as exc:
+                if exc.reason is ReasonCode.ROLE_NOT_PERMITTED:
+                    raise  # refused before any round trip: nothing to retry
                 if attempt + 1 == _DISABLE_ATTEMPTS:
                     break
                 await asyncio.sleep(0.05 * 2**attempt)

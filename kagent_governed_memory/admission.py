@@ -9,9 +9,10 @@ the same transaction (``memory_admit``):
 * per (sender, agent), explicit load/save only: ``explicit_ops_per_minute`` refill with a burst
   of ``explicit_burst``.
 
-``Admission`` admits through any ``RuntimeRepository`` (``repository.admit``).  A policy other
-than the repository's, or an injected clock, is for the direct store only: the controller
-applies its own policy and the database's clock.
+The capacities and refill rates are those of the policy registered under the scope's consent:
+the database reads them, no caller passes them.  ``Admission`` admits through any
+``RuntimeRepository`` (``repository.admit``); an injected clock is for the direct store only
+(the controller uses the database's clock).
 """
 
 from __future__ import annotations
@@ -38,9 +39,12 @@ class Admission:
         *,
         clock: Callable[[], datetime] | None = None,
     ) -> None:
-        custom = (policy is not None and policy != store.policy) or clock is not None
-        if custom and not isinstance(store, GovernedMemoryStore):
+        # The budgets are the scope's registered policy's (the database reads them): another
+        # policy here could only disagree with what is enforced.
+        if policy is not None and policy != store.policy:
             raise InvalidInput(ReasonCode.INVALID_ARGUMENT, field="admission_policy")
+        if clock is not None and not isinstance(store, GovernedMemoryStore):
+            raise InvalidInput(ReasonCode.INVALID_ARGUMENT, field="admission_clock")
         self._store = store
         self.policy = policy or store.policy
         self._clock = clock  # None: the database's clock, shared by every replica
@@ -56,7 +60,6 @@ class Admission:
         store = self._store
         if isinstance(store, GovernedMemoryStore):
             await store.admit(key, generation, units=units, explicit=explicit,
-                              policy=self.policy,
                               now=self._clock() if self._clock else None)
         else:
             await store.admit(key, generation, units=units, explicit=explicit)

@@ -15,6 +15,7 @@ from typing import Any, NoReturn
 from . import __version__
 from ._cli_demo import run_demo, run_dev_db
 from ._cli_keys import add_key_commands
+from ._cli_registry import add_registry_commands
 from ._cli_text import (
     EXIT_CODES_HELP,
     EXIT_CONFIGURATION,
@@ -45,7 +46,8 @@ _CONFIGURATION = frozenset({
     ReasonCode.SERVICE_ROLE_MISSING, ReasonCode.OPERATOR_ROLE_MISSING,
     ReasonCode.SIGNAL_PRIVILEGE_MISSING,
     ReasonCode.LOCAL_SERVER_MISMATCH, ReasonCode.UNAUTHENTICATED, ReasonCode.FORBIDDEN,
-    ReasonCode.CONTROLLER_ERROR})
+    ReasonCode.CONTROLLER_ERROR, ReasonCode.ROLE_NOT_PERMITTED, ReasonCode.CALLER_ROLE_MISSING,
+    ReasonCode.POLICY_NOT_REGISTERED, ReasonCode.POLICY_MISMATCH})
 _UNAVAILABLE = frozenset({ReasonCode.STORE_UNAVAILABLE, ReasonCode.SCHEMA_OUTDATED})
 
 
@@ -178,6 +180,7 @@ def _parser() -> argparse.ArgumentParser:
     _command(sub, "unblock", "lift an offboarding block so the principal may consent again",
              "--dsn is an OPERATOR login (kagent_memory_operator) or the owner.", [operator]
              ).set_defaults(handler=_with_store(_unblock, privileged=True))
+    add_registry_commands(sub, _command, common, lambda fn: _with_store(fn, privileged=True))
     add_key_commands(sub)
     return p
 

@@ -60,6 +60,10 @@ class ReasonCode(StrEnum):
     INVALID_CURSOR = "invalid_cursor"
     INVALID_LIMIT = "invalid_limit"
     INVALID_POLICY = "invalid_policy"
+    POLICY_NOT_ALLOWED = "policy_not_allowed"
+    POLICY_NOT_REGISTERED = "policy_not_registered"
+    POLICY_MISMATCH = "policy_mismatch"
+    POLICY_IMMUTABLE = "policy_immutable"
     INVALID_ARGUMENT = "invalid_argument"
     # per-request scope binding (S6)
     ASSERTION_MISSING = "assertion_missing"
@@ -68,6 +72,7 @@ class ReasonCode(StrEnum):
     ASSERTION_UNKNOWN_KEY = "assertion_unknown_key"
     ASSERTION_REPLAYED = "assertion_replayed"
     REQUEST_NOT_REDEEMED = "request_not_redeemed"
+    REQUEST_NOT_RECORDED = "request_not_recorded"
     CONTEXT_MISMATCH = "context_mismatch"
     NOT_CONFIGURED = "memory_not_configured"
     NO_BINDING = "no_binding"
@@ -117,8 +122,10 @@ class ReasonCode(StrEnum):
     LOGIN_REFUSED = "login_refused"
     PERMISSION_DENIED = "permission_denied"
     PRIVILEGED_ROLE = "privileged_role"
+    ROLE_NOT_PERMITTED = "role_not_permitted"
     SERVICE_ROLE_MISSING = "service_role_missing"
     OPERATOR_ROLE_MISSING = "operator_role_missing"
+    CALLER_ROLE_MISSING = "caller_role_missing"
     SIGNAL_PRIVILEGE_MISSING = "signal_privilege_missing"
     LOCAL_SERVER_MISMATCH = "local_server_mismatch"
     TRANSACTION_REFUSED = "transaction_refused"
@@ -155,6 +162,9 @@ _DEFAULT_HINT: dict[ReasonCode, str] = {
     ReasonCode.SERVICE_ROLE_MISSING: "role kagent_memory_service does not exist and the "
     "migrating role may not create it: an administrator runs CREATE ROLE kagent_memory_service "
     "NOLOGIN, then migrate again",
+    ReasonCode.CALLER_ROLE_MISSING: "role kagent_memory_runtime or kagent_memory_bridge does "
+    "not exist and the migrating role may not create it: an administrator runs CREATE ROLE "
+    "kagent_memory_runtime NOLOGIN; CREATE ROLE kagent_memory_bridge NOLOGIN, then migrate again",
     ReasonCode.SIGNAL_PRIVILEGE_MISSING: "the migrating role lacks pg_signal_backend (migration "
     "000013 ends governed logins' backends that hold a withdrawal's locks): an administrator "
     "runs GRANT pg_signal_backend TO <owner>, then migrate again",
@@ -177,6 +187,21 @@ _DEFAULT_HINT: dict[ReasonCode, str] = {
     "scope and generation its assertion redeemed (at /generation), until 120 s past the "
     "assertion's exp; redeem the request's assertion first and send the generation it returned",
     ReasonCode.CONTEXT_MISMATCH: "the scope assertion was signed for another A2A context",
+    ReasonCode.REQUEST_NOT_RECORDED: "this runtime login redeems only requests the bridge "
+    "recorded (record_request) for an agent an operator registered it for "
+    "(`kagent-governed-memory login register-runtime`)",
+    ReasonCode.POLICY_NOT_ALLOWED: "the policy version is not registered, not allowed for this "
+    "agent, or does not list this embedding dimension: an operator runs "
+    "`kagent-governed-memory policy register` / `policy allow`",
+    ReasonCode.POLICY_NOT_REGISTERED: "no policy of this version is registered in the database: "
+    "an operator registers it (`kagent-governed-memory policy register --file POLICY.json`)",
+    ReasonCode.POLICY_MISMATCH: "the registered policy of this version has other limits than "
+    "the one passed: open the store with the registered policy (or register a new version)",
+    ReasonCode.POLICY_IMMUTABLE: "a consent refers to this policy version, so it cannot change: "
+    "register the new limits under a new version",
+    ReasonCode.ROLE_NOT_PERMITTED: "this login's role may not run this operation: agent "
+    "runtimes connect as members of kagent_memory_runtime, bridges of kagent_memory_bridge, "
+    "operator tooling of kagent_memory_operator (docs/database-roles.md)",
     ReasonCode.NO_BINDING: "no memory_request() binding is active for this request: the "
     "runtime wraps each request in memory_request(token, public_keys=..., issuer=..., "
     "context_id=..., agent=...) (the patched kagent runtime does it from the "
@@ -356,6 +381,10 @@ _SQLSTATE: dict[str, tuple[type[GovernanceError], ReasonCode]] = {
     "KGJ01": (ScopeDenied, ReasonCode.ASSERTION_REPLAYED),
     "KGJ02": (ScopeDenied, ReasonCode.ASSERTION_EXPIRED),
     "KGJ03": (ScopeDenied, ReasonCode.REQUEST_NOT_REDEEMED),
+    "KGJ04": (ScopeDenied, ReasonCode.REQUEST_NOT_RECORDED),
+    "KGP01": (ScopeDenied, ReasonCode.POLICY_NOT_ALLOWED),
+    "KGP02": (InvalidInput, ReasonCode.POLICY_IMMUTABLE),
+    "KGR03": (StoreUnavailable, ReasonCode.CALLER_ROLE_MISSING),
     "42501": (StoreUnavailable, ReasonCode.PERMISSION_DENIED),  # insufficient_privilege
     "KGX01": (InvalidInput, ReasonCode.TRANSACTION_REFUSED),
     "22021": (InvalidInput, ReasonCode.INVALID_TEXT),  # character_not_in_repertoire

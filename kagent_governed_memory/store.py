@@ -20,26 +20,20 @@ from pgvector.psycopg import register_vector_async
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from . import _sql
-from ._buckets import admission_buckets
 from ._cursor import _CURSOR, _cursor_tag, _decode_cursor, _encode_cursor  # noqa: F401
 from ._erasure import _Erasure
 from ._pgtypes import _login_probe, _VectorArrayDumper, _Vectors
+from ._policies import _LOGIN_CHECK, _check_policy, _function_of, _Registry
+from ._runtime_ops import MAX_SEARCH_LIMIT, MAX_SEARCH_QUERIES, _audience, _RuntimeOps
 from ._validate import (
     EMBEDDING_DIMENSION,
-    _check_limit,
     _check_local_server,
-    _check_queries,
-    _check_save,
-    _generation,
     _key,
     _reason,
     _servable,
-    _vector,
 )
-from .assertion import CLASSIFICATION, ScopeAssertion
-from .assertion import _audience as _servers
+from .assertion import CLASSIFICATION
 from .errors import (
-    AdmissionDenied,
     GovernanceError,
     InvalidInput,
     ReasonCode,
@@ -65,20 +59,10 @@ _log = logging.getLogger("kagent_governed_memory.store")
 _T = TypeVar("_T")
 
 MAX_PAGE_SIZE = 50
-MAX_SEARCH_LIMIT = 50
-MAX_SEARCH_QUERIES = 8  # query vectors per search_many: one prefetch's sub-queries
 _PURPOSE = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
-_DISABLE_ATTEMPTS = 3
-# Can this login switch the rules off?  Superuser, BYPASSRLS, or a member of the tables' owner.
-_ROLE_CHECK = """
-SELECT r.rolsuper, r.rolbypassrls,
-       coalesce((SELECT pg_has_role(current_user, c.relowner, 'MEMBER')
-                   FROM pg_class c WHERE c.oid = to_regclass('memory_entry')), false)
-  FROM pg_roles r WHERE r.rolname = current_user
-"""
 
 
-class GovernedMemoryStore(_Erasure):
+class GovernedMemoryStore(_RuntimeOps, _Registry, _Erasure):
     """Scope-keyed, consent-fenced memory on PostgreSQL.  Create with ``await open(...)``."""
 
     def __init__(
@@ -90,6 +74,9 @@ class GovernedMemoryStore(_Erasure):
         self._vector_ready: weakref.WeakSet[Any] = weakref.WeakSet()
         self._sweeper: Sweeper | None = None
         self._privileged = False
+        self._bound = False  # a runtime login: the bound statements (see _runtime_ops)
+        self._callable: frozenset[str] | None = None  # the entry points this login may run
+        self.roles: frozenset[str] = frozenset()
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -180,18 +167,30 @@ class GovernedMemoryStore(_Erasure):
         await self._register_vector(conn)
 
     async def _check_role(self, conn: psycopg.AsyncConnection, privileged: bool) -> None:
-        """Refuse a login that could switch the rules off; record/compare the local server."""
-        cur = await conn.execute(_ROLE_CHECK)
+        """Refuse a login that could switch the rules off; learn which governed roles it holds
+        and which entry points it may run; record/compare the local server; check that the
+        database holds this store's policy."""
+        cur = await conn.execute(_LOGIN_CHECK)
         row = await cur.fetchone()
-        if row is None or (any(row) and not privileged):
+        if row is None or (any(row[:3]) and not privileged):
             raise InvalidInput(ReasonCode.PRIVILEGED_ROLE)
         if await schema_version(conn) is None:
             return  # not migrated yet: every operation says schema_outdated until it is
-        cur = psycopg.AsyncRawCursor(conn)
-        await cur.execute(_sql.query("ConfigureMemoryStore"), [self._local_server])
-        got = await cur.fetchone()
+        self.roles = frozenset(row[3])
+        callable_ = frozenset(row[4])
+        self._callable = None if any(row[:3]) else callable_
+        self._bound = (self._callable is not None and "memory_save" not in callable_
+                       and "memory_save_bound" in callable_)
+        raw = psycopg.AsyncRawCursor(conn)
+        if self._callable is None or "memory_configure" in callable_:
+            await raw.execute(_sql.query("ConfigureMemoryStore"), [self._local_server])
+        else:
+            await raw.execute(_sql.query("GetMemoryLocalServer"), [])
+        got = await raw.fetchone()
         if got is None or got[0] != self._local_server:
             raise InvalidInput(ReasonCode.LOCAL_SERVER_MISMATCH)
+        await raw.execute(_sql.query("GetMemoryPolicy"), [self.policy.version])
+        _check_policy(await raw.fetchone(), self.policy)
 
     async def _register_vector(self, conn: psycopg.AsyncConnection) -> bool:
         if conn in self._vector_ready:
@@ -251,8 +250,7 @@ class GovernedMemoryStore(_Erasure):
         row = await self._one(
             "grant",
             "GrantMemoryScope",
-            [*_key(key), purpose, p.version, p.max_ttl, p.entry_cap, p.fact_max_bytes,
-             p.consent_max_age, p.embedding_dimension, classification, audience],
+            [*_key(key), purpose, p.version, p.embedding_dimension, classification, audience],
         )
         assert row is not None
         return ConsentReceipt(
@@ -264,112 +262,18 @@ class GovernedMemoryStore(_Erasure):
             expires_at=row[3],
         )
 
-    async def generation(self, key: ScopeKey, *, classification: str | None = None,
+    async def generation(self, key: ScopeKey, *, classification: str = "personal",
                          output_audience: Sequence[str] | None = None) -> int | None:
         """The current valid generation, or ``None`` (missing, disabled or expired consent, or
-        consent given for another classification or output audience than the ones passed)."""
+        consent given for another classification or output audience — default: the local
+        homeserver only — than the ones passed)."""
         self._servable(key)
-        audience = None if output_audience is None else _audience(output_audience,
-                                                                   self._local_server)
+        if not isinstance(classification, str) or not CLASSIFICATION.fullmatch(classification):
+            raise InvalidInput(ReasonCode.INVALID_ARGUMENT, field="classification")
+        audience = _audience(output_audience, self._local_server)
         row = await self._one("generation", "GetMemoryGeneration",
                               [*_key(key), self.policy.version, classification, audience])
         return None if row is None else row[0]
-
-    async def redeem(self, assertion: ScopeAssertion) -> int | None:
-        """Consume ``assertion`` (its ``jti``, once on any replica) and return the generation
-        its request captures: ``None`` without an enabled, unexpired consent for its key,
-        policy version, classification and output audience.  One round trip.
-
-        Raises ``ScopeDenied`` (``assertion_replayed``, or ``assertion_expired`` by the
-        database's clock) and the store's usual errors."""
-        if not isinstance(assertion, ScopeAssertion):
-            raise InvalidInput(ReasonCode.INVALID_ARGUMENT, field="assertion")
-        key = assertion.key
-        self._servable(key)
-        row = await self._one(
-            "redeem", "RedeemScopeAssertion",
-            [assertion.jti, assertion.expires_at, *_key(key), self.policy.version,
-             assertion.classification, _audience(assertion.audience, self._local_server)],
-        )
-        return None if row is None else row[0]
-
-    async def admit(self, key: ScopeKey, generation: int | None, *, units: int,
-                    explicit: bool = False, policy: MemoryPolicy | None = None,
-                    now: datetime | None = None) -> None:
-        """Admit ``units`` of work (and one explicit operation when ``explicit``) against the
-        budgets of ``policy`` (default: this store's), fenced in the same transaction, or
-        consume nothing and raise ``AdmissionDenied`` (see ``admission``).  ``now`` replaces
-        the database's clock (tests)."""
-        self._servable(key)
-        gen = _generation(generation)
-        buckets = admission_buckets(key, policy or self.policy, units=units, explicit=explicit)
-        names, costs, capacities, refills, periods = (list(c) for c in zip(*buckets, strict=True))
-        row = await self._one(
-            "admit", "AdmitMemoryWork",
-            [*_key(key), gen, self.policy.version, names, costs, capacities, refills, periods,
-             now],
-        )
-        refused = int(row[0]) if row else 1
-        if refused:
-            reason = ReasonCode.BUDGET_EXHAUSTED if refused == 1 else ReasonCode.RATE_LIMITED
-            raise AdmissionDenied(reason, scope_id=key.opaque_id)
-
-    # -- content --------------------------------------------------------------------------
-
-    async def save(
-        self,
-        key: ScopeKey,
-        generation: int | None,
-        *,
-        facts: Sequence[str],
-        embeddings: Sequence[Sequence[float]],
-    ) -> list[str]:
-        """Store facts (all or none) under the captured generation; returns opaque entry ids."""
-        self._servable(key)
-        gen = _generation(generation)
-        p = self.policy
-        vectors = _check_save(facts, embeddings, entry_cap=p.entry_cap,
-                              fact_max_bytes=p.fact_max_bytes, dimension=p.embedding_dimension)
-        rows = await self._all(
-            "save", "SaveMemoryEntries",
-            [*_key(key), gen, self.policy.version, list(facts), vectors]
-        )
-        return [str(r[0]) for r in rows]
-
-    async def search(
-        self, key: ScopeKey, generation: int | None, embedding: Sequence[float], *, limit: int = 5
-    ) -> list[MemoryRecord]:
-        """Exact cosine top-``limit`` among the scope's unexpired entries, fenced (C3, B2)."""
-        self._servable(key)
-        gen = _generation(generation)
-        _check_limit(limit, MAX_SEARCH_LIMIT)
-        vec = _vector(embedding, self.policy.embedding_dimension)
-        rows = await self._all("search", "SearchMemoryEntries",
-                               [*_key(key), gen, self.policy.version, vec, limit])
-        return [
-            MemoryRecord(id=str(r[0]), text=r[1], scope=key, created_at=r[2], expires_at=r[3],
-                         distance=float(r[4]))
-            for r in rows
-        ]
-
-    async def search_many(
-        self, key: ScopeKey, generation: int | None, embeddings: Sequence[Sequence[float]], *,
-        limit: int = 5,
-    ) -> list[list[MemoryRecord]]:
-        """``search`` for 1..``MAX_SEARCH_QUERIES`` query vectors in one statement (one round
-        trip, the scope fenced once): element ``i`` is exactly what ``search(key, generation,
-        embeddings[i], limit=limit)`` returns, and the whole call is refused if any would be."""
-        self._servable(key)
-        gen = _generation(generation)
-        vectors = _check_queries(embeddings, limit, dimension=self.policy.embedding_dimension,
-                                 max_queries=MAX_SEARCH_QUERIES, max_limit=MAX_SEARCH_LIMIT)
-        rows = await self._all("search", "SearchMemoryEntriesMany",
-                               [*_key(key), gen, self.policy.version, _Vectors(vectors), limit])
-        out: list[list[MemoryRecord]] = [[] for _ in vectors]
-        for r in rows:
-            out[r[0] - 1].append(MemoryRecord(id=str(r[1]), text=r[2], scope=key, created_at=r[3],
-                                              expires_at=r[4], distance=float(r[5])))
-        return out
 
     async def inspect(
         self, key: ScopeKey, *, page_size: int = 10, cursor: str | None = None
@@ -441,6 +345,9 @@ class GovernedMemoryStore(_Erasure):
 
     async def _all(self, op: str, name: str, params: list[Any]) -> list[tuple[Any, ...]]:
         sql = _sql.query(name)
+        if self._callable is not None and _function_of(name) not in self._callable:
+            # refused before any round trip: this login's role may not run it
+            raise StoreUnavailable(ReasonCode.ROLE_NOT_PERMITTED, operation=op)
 
         async def work(conn: psycopg.AsyncConnection) -> list[tuple[Any, ...]]:
             if not await self._register_vector(conn):
@@ -475,13 +382,4 @@ class GovernedMemoryStore(_Erasure):
         failed.__context__ = None
         failed.__cause__ = None
         raise failed
-
-
-def _audience(value: Sequence[str] | None, local_server: str) -> list[str]:
-    """Sorted, de-duplicated homeserver names (default: the local one); refused if malformed."""
-    servers = _servers([local_server] if value is None else value)
-    if servers is None:
-        raise InvalidInput(ReasonCode.INVALID_ARGUMENT, field="output_audience")
-    return list(servers)
-
 

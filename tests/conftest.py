@@ -95,8 +95,21 @@ def database(postgresql_proc) -> Iterator[Db]:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
+async def register_policy(db: Db, policy: MemoryPolicy, **kw) -> str:
+    """Register ``policy`` (allowed for every agent) as the owner would: a store refuses to
+    open with a policy the database does not hold."""
+    async with await GovernedMemoryStore.open(db.owner_dsn, local_server=LOCAL, privileged=True,
+                                              sweep_every=None) as owner:
+        outcome = await owner.register_policy(policy, **kw)
+        await owner.allow_policy(policy.version)
+        return outcome
+
+
 async def open_store(db: Db, policy: MemoryPolicy = PROTOTYPE_POLICY, **kw) -> GovernedMemoryStore:
     kw.setdefault("sweep_every", None)  # tests sweep explicitly; test_boundary tests the task
+    if policy is not PROTOTYPE_POLICY and policy != PROTOTYPE_POLICY:
+        await migrated(db)  # a policy is registered in the governed schema
+        await register_policy(db, policy)
     return await GovernedMemoryStore.open(db.dsn, local_server=LOCAL, policy=policy, **kw)
 
 

@@ -9,12 +9,14 @@ as the same login, see conftest).
 from __future__ import annotations
 
 import asyncio
+from datetime import timedelta
 
 import psycopg
 import pytest
 from conftest import LOCAL, make_key, open_store, physical_rows, save, scope_uuid, vec
 from psycopg import sql
 from test_expiry import _key_args, _vector_literal, plant
+from test_roles_and_policies import SERVICE
 
 from kagent_governed_memory import (
     Admission,
@@ -34,17 +36,9 @@ VERSION = "adr0023-prototype-1"
 TABLES = ["memory_scope", "memory_entry", "memory_audit", "memory_config",
           "memory_principal_block", "memory_admission_bucket", "memory_assertion_use",
           "governed_memory_schema_migrations"]
-# The entry points: what the service role may EXECUTE, and nothing else in the schema.
-ENTRY_POINTS = {
-    "memory_grant", "memory_generation", "memory_save", "memory_search", "memory_inspect",
-    "memory_status", "memory_forget", "memory_disable",
-    "memory_clear", "memory_verify_erasure", "memory_record_failure", "memory_configure",
-    "memory_admit", "memory_store_report", "memory_sweep",
-    "memory_schema_version", "memory_redeem_assertion", "memory_search_many",
-    # the kagent controller's calls of one request, bound to its redemption (000011)
-    "memory_save_bound", "memory_search_bound", "memory_search_many_bound",
-    "memory_admit_bound", "memory_forget_bound",
-}
+# The entry points: what the (deprecated) service role may EXECUTE, and nothing else in the
+# schema -- the union of the runtime's and the bridge's (test_roles_and_policies pins each).
+ENTRY_POINTS = SERVICE
 HELPER_CALLS = [
     "SELECT memory_scope_row('matrix','@a:example.org','kagent','a','control_room','!r')",
     "SELECT memory_scope_lock('matrix','@a:example.org','kagent','a','control_room','!r')",
@@ -119,7 +113,7 @@ async def test_service_role_catalog_privileges(store, database):
         for name, signature, secdef, config, executable, public in rows:
             assert not public, f"PUBLIC may execute {signature}"
             assert executable == (name in ENTRY_POINTS), signature
-            if name in ENTRY_POINTS - {"memory_schema_version"}:
+            if name in ENTRY_POINTS:  # every one, memory_schema_version included
                 assert secdef, signature
                 assert config and any(c.startswith("search_path=") and c.endswith("pg_temp")
                                       for c in config), signature
@@ -253,9 +247,9 @@ async def test_forged_ids_reach_nothing_of_another_key(store, two_scopes, databa
                             "'infinity',%s,50)", [*_key_args(alice), bob_entry]).fetchall()
         assert page == [("alice fact",)]
         # Bob's generation under Alice's key is just a stale or foreign number
-        gb = conn.execute("SELECT memory_generation(%s,%s,%s,%s,%s,%s,%s,NULL,NULL)",
+        gb = conn.execute("SELECT memory_generation(%s,%s,%s,%s,%s,%s,%s,'personal',ARRAY['example.org'])",
                           [*_key_args(bob), VERSION]).fetchone()[0]
-        ga = conn.execute("SELECT memory_generation(%s,%s,%s,%s,%s,%s,%s,NULL,NULL)",
+        ga = conn.execute("SELECT memory_generation(%s,%s,%s,%s,%s,%s,%s,'personal',ARRAY['example.org'])",
                           [*_key_args(alice), VERSION]).fetchone()[0]
         assert ga == gb == 1  # the same number, and still only Alice's rows answer
         hits = conn.execute("SELECT content FROM memory_search(%s,%s,%s,%s,%s,%s,%s,%s,"
@@ -346,8 +340,7 @@ async def test_admission_checks_the_fence_and_consumes_nothing_when_refused(stor
         await admission.admit(key, g2, units=1)
     assert database.scalar("SELECT tokens FROM memory_admission_bucket") == tokens
     with app(database) as conn:  # and raw, bypassing Python, with a made-up generation
-        assert refused(conn, "SELECT memory_admit(%s,%s,%s,%s,%s,%s,%s,%s,ARRAY['scope:x'],"
-                             "ARRAY[1.0],ARRAY[60.0],ARRAY[60.0],ARRAY[3600.0],NULL)",
+        assert refused(conn, "SELECT memory_admit(%s,%s,%s,%s,%s,%s,%s,%s,1,false,NULL)",
                        [*_key_args(key), 12345, VERSION]) == "KGS01"
 
 
@@ -357,7 +350,7 @@ async def test_admission_checks_the_fence_and_consumes_nothing_when_refused(stor
 async def test_remote_principal_refused_by_the_database(store, database):
     with app(database) as conn:
         grant = ("SELECT * FROM memory_grant('matrix',%s,'kagent','a','control_room',%s,"
-                 "'personal_preferences',%s,'7 days',100,512,'90 days',768,'personal',ARRAY['example.org'])")
+                 "'personal_preferences',%s,768,'personal',ARRAY['example.org'])")
         assert refused(conn, grant, ["@mallory:evil.example", "!room:example.org", VERSION]
                        ) == "KGD02"
         assert refused(conn, grant, ["@alice:example.org", "!room:evil.example", VERSION]
@@ -383,7 +376,7 @@ async def test_principal_is_issuer_and_subject_and_v1_admits_matrix_only(store, 
     assert row == ("matrix", key.principal.mxid)
     assert (key.principal.issuer, key.principal.subject) == row
     grant = ("SELECT * FROM memory_grant(%s,%s,'kagent','a','control_room','!room:example.org',"
-             "'personal_preferences',%s,'7 days',100,512,'90 days',768,'personal',"
+             "'personal_preferences',%s,768,'personal',"
              "ARRAY['example.org'])")
     with app(database) as conn:
         for issuer in ("https://idp.example.org", "Matrix", ""):
@@ -403,8 +396,8 @@ async def test_unconfigured_store_grants_nobody(database):
     await migrate(database.owner_dsn)  # no local server recorded
     with app(database) as conn:
         assert refused(conn, "SELECT * FROM memory_grant('matrix','@a:example.org',"
-                             "'kagent','a','control_room','!r:example.org','p',%s,'7 days',"
-                             "100,512,'90 days',768,'personal',ARRAY['example.org'])", [VERSION]) == "KGD02"
+                             "'kagent','a','control_room','!r:example.org','p',%s,768,"
+                             "'personal',ARRAY['example.org'])", [VERSION]) == "KGD02"
 
 
 # -- 8. roles: the application may not hold the trust root ------------------------------------
@@ -449,8 +442,8 @@ async def test_grant_racing_an_offboarding_is_not_missed(store, operator, databa
     principal = key.principal
     with app(database) as conn:
         conn.execute("BEGIN")
-        conn.execute("SELECT * FROM memory_grant(%s,%s,%s,%s,%s,%s,%s,%s,'7 days',100,512,"
-                     "'90 days',768,'personal',ARRAY['example.org'])", [*_key_args(key), PURPOSE, VERSION])
+        conn.execute("SELECT * FROM memory_grant(%s,%s,%s,%s,%s,%s,%s,%s,768,"
+                     "'personal',ARRAY['example.org'])", [*_key_args(key), PURPOSE, VERSION])
         offboarding = asyncio.create_task(operator.offboard(principal))
         await asyncio.sleep(0.3)
         assert not offboarding.done()  # waits for the grant in flight
@@ -562,31 +555,35 @@ async def test_a_complete_erasure_is_verified_against_the_scopes_own_generation(
 
 
 async def test_admission_buckets_are_the_fenced_keys_own(store, two_scopes, database):
-    """Bucket names come from the fenced key, not the caller; a stamp cannot be in the future."""
+    """Bucket names come from the fenced key, not the caller; a stamp cannot be in the future;
+    the budgets are the scope's policy's, whatever the caller asks."""
     alice, bob = two_scopes
     gb = await store.generation(bob)
     await Admission(store).admit(alice, await store.generation(alice), units=1, explicit=True)
     before = dict(database.admin().execute(
         "SELECT bucket, tokens FROM memory_admission_bucket").fetchall())
-    with app(database) as conn:  # Bob names Alice's buckets, infinite costs, 'infinity' clock
-        conn.execute("SELECT memory_admit(%s,%s,%s,%s,%s,%s,%s,%s,%s,ARRAY[1e308,1e308],"
-                     "ARRAY[1e308,1e308],ARRAY[0,0],ARRAY[86400,86400],'infinity')",
-                     [*_key_args(bob), gb, VERSION, list(before)])
-        assert refused(conn, "SELECT memory_admit(%s,%s,%s,%s,%s,%s,%s,%s,"
-                             "ARRAY['scope:x','scope:y'],ARRAY[1,1],ARRAY[5,5],ARRAY[5,5],"
-                             "ARRAY[60,60],NULL)", [*_key_args(bob), gb, VERSION]) == "22023"
+    with app(database) as conn:  # Bob spends his whole budget with an 'infinity' clock
+        assert conn.execute("SELECT memory_admit(%s,%s,%s,%s,%s,%s,%s,%s,60,true,'infinity')",
+                            [*_key_args(bob), gb, VERSION]).fetchone()[0] == 0
+        assert conn.execute("SELECT memory_admit(%s,%s,%s,%s,%s,%s,%s,%s,1,false,NULL)",
+                            [*_key_args(bob), gb, VERSION]).fetchone()[0] == 1
+        for units in (0, -1, 1001, None):
+            assert refused(conn, "SELECT memory_admit(%s,%s,%s,%s,%s,%s,%s,%s,%s,false,NULL)",
+                           [*_key_args(bob), gb, VERSION, units]) == "22023"
     after = dict(database.admin().execute(
         "SELECT bucket, tokens FROM memory_admission_bucket").fetchall())
     assert {k: after[k] for k in before} == before  # Alice's buckets untouched
     assert database.scalar("SELECT max(updated_at) <= now() FROM memory_admission_bucket")
 
 
-async def test_consent_max_age_is_bounded(store, database):
+async def test_consent_max_age_is_the_policys(store, database):
     key = make_key()
-    with app(database) as conn:
+    with app(database) as conn:  # the old form that took it from the caller is gone
         assert refused(conn, "SELECT * FROM memory_grant(%s,%s,%s,%s,%s,%s,%s,%s,'7 days',100,"
                              "512,'infinity',768,'personal',ARRAY['example.org'])",
-                       [*_key_args(key), PURPOSE, VERSION]) == "22023"
+                       [*_key_args(key), PURPOSE, VERSION]) == "42883"
+    receipt = await store.grant(key, purpose=PURPOSE)
+    assert receipt.expires_at - receipt.granted_at == timedelta(days=90)
 
 
 async def test_consent_for_a_remote_output_audience_is_refused(store):
@@ -628,9 +625,7 @@ _BOUND = {
               " %s::vector, 5)",
     "search_many": "SELECT * FROM memory_search_many_bound(%s, %s, %s, %s, %s, %s, %s, %s, %s,"
                    " ARRAY[%s::vector], 5)",
-    "admit": "SELECT memory_admit_bound(%s, %s, %s, %s, %s, %s, %s, %s, %s, ARRAY['scope:x'],"
-             " ARRAY[1.0::float8], ARRAY[60.0::float8], ARRAY[60.0::float8],"
-             " ARRAY[3600.0::float8], NULL)",
+    "admit": "SELECT memory_admit_bound(%s, %s, %s, %s, %s, %s, %s, %s, %s, 1, false, NULL)",
 }
 
 

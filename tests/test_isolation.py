@@ -61,8 +61,8 @@ async def test_s2_hyphen_and_underscore_agents_are_not_conflated(store, database
     with database.admin() as conn, pytest.raises(psycopg.Error) as err:
         conn.execute(
             "SELECT memory_grant('matrix','@alice:example.org','kagent','my_agent',"
-            "'control_room','!control-a:example.org','personal_preferences','v1',"
-            "interval '7 days',100,512,interval '90 days',768,'personal',ARRAY['example.org'])")
+            "'control_room','!control-a:example.org','personal_preferences','adr0023-prototype-1',"
+            "768,'personal',ARRAY['example.org'])")
     assert err.value.sqlstate == "23514"
     assert database.scalar("SELECT count(*) FROM memory_scope") == 1
 
@@ -95,7 +95,7 @@ async def test_s5_same_mxid_other_origin_is_refused_before_storage(store, databa
     with database.admin() as conn, pytest.raises(psycopg.Error) as err:
         conn.execute(
             "SELECT memory_grant(%s,%s,'kagent','my-agent','control_room','!r:example.org',"
-            "'personal_preferences','v1',interval '7 days',100,512,interval '90 days',768,'personal',ARRAY['example.org'])",
+            "'personal_preferences','adr0023-prototype-1',768,'personal',ARRAY['example.org'])",
             [f"{origin.value}.example", native.principal.mxid])
     assert err.value.sqlstate == "KGD01"
 

@@ -122,9 +122,10 @@ def test_migration_files_follow_upstream_conventions():
 
 # The kagent controller's own statements (000011): a request's calls bound to its redemption.
 # The library never serves a controller's routes; tests/test_boundary.py calls them as SQL.
-CONTROLLER_ONLY = {"SaveMemoryEntriesBound", "SearchMemoryEntriesBound",
-                   "SearchMemoryEntriesManyBound", "AdmitMemoryWorkBound",
-                   "ForgetMemoryEntryBound"}
+# The bound statements of a request (000011): the controller's, and a runtime login's
+# (000012), which the store picks with self._stmt(<unbound name>).
+BOUND = {"SaveMemoryEntriesBound", "SearchMemoryEntriesBound", "SearchMemoryEntriesManyBound",
+         "AdmitMemoryWorkBound", "ForgetMemoryEntryBound"}
 
 
 def test_every_named_query_is_used_by_the_library():
@@ -133,11 +134,15 @@ def test_every_named_query_is_used_by_the_library():
     text = resources.files("kagent_governed_memory").joinpath("sql", "queries.sql").read_text()
     names = re.findall(r"^-- name: (\w+) :(?:one|many|exec)$", text, re.MULTILINE)
     assert len(names) == len(set(names)) >= 13
-    assert CONTROLLER_ONLY <= set(names)
+    assert BOUND <= set(names)
     for name in names:
-        assert (f'"{name}"' in store_src) != (name in CONTROLLER_ONLY), name
+        used = f'"{name}"' in store_src
+        if name in BOUND:
+            used = used or f'self._stmt("{name.removesuffix("Bound")}")' in store_src
+        assert used, name
         assert re.search(r"\$\d", _sql.query(name)) or name in (
-            "SweepExpiredMemory", "GetMemoryStoreReport", "GetMemorySchemaVersion")
+            "SweepExpiredMemory", "GetMemoryStoreReport", "GetMemorySchemaVersion",
+            "GetMemoryLocalServer")
 
 
 async def test_search_plan_is_an_exact_scope_index_scan(store, database):

@@ -175,9 +175,8 @@ async def _run_flow(store, database, provider_url, sentinels, *, sanitized: bool
                      " CHECK (content NOT LIKE 'DBFAIL%')")
     embedder = OpenAICompatibleEmbedder(provider_url, "bge-m3", fit="truncate")  # 1024 -> 768
     raised: list[BaseException] = []
-    roomy = MemoryPolicy(version="sentinel-run", explicit_burst=20, explicit_ops_per_minute=60)
     h = build(store, plan=save_plan, embedder=embedder, before_tool=kagent_style_logging,
-              admission=Admission(store, roomy), span_content="warn",  # capture forced on
+              admission=Admission(store), span_content="warn",  # capture forced on
               summaries=[f"Sure! Facts: {s['summary']}", RuntimeError(f"model said {s['model']}")])
     key = make_key()
     try:
@@ -250,7 +249,20 @@ async def _run_flow(store, database, provider_url, sentinels, *, sanitized: bool
     }, exporter
 
 
-async def test_no_sentinel_reaches_any_sink(store, database, provider_url):
+@pytest.fixture
+async def roomy_store(database):
+    """A store under a policy with room for the scripted session's explicit operations (the
+    budgets are the scope's registered policy's)."""
+    from conftest import open_store
+
+    s = await open_store(database, MemoryPolicy(version="sentinel-run", explicit_burst=20,
+                                                explicit_ops_per_minute=60))
+    yield s
+    await s.close()
+
+
+async def test_no_sentinel_reaches_any_sink(roomy_store, database, provider_url):
+    store = roomy_store
     sentinels = _sentinels()
     sinks, exporter = await _run_flow(store, database, provider_url, sentinels, sanitized=True)
     assert exporter.get_finished_spans(), "spans were exported"
@@ -261,7 +273,8 @@ async def test_no_sentinel_reaches_any_sink(store, database, provider_url):
         assert _leaks(text, sentinels) == [], sink
 
 
-async def test_without_the_sanitizers_sentinels_leak(store, database, provider_url):
+async def test_without_the_sanitizers_sentinels_leak(roomy_store, database, provider_url):
+    store = roomy_store
     sentinels = _sentinels()
     sinks, _ = await _run_flow(store, database, provider_url, sentinels, sanitized=False)
     leaked = {sink: _leaks(text, sentinels) for sink, text in sinks.items()}

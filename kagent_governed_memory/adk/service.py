@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import unicodedata
 import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -287,6 +288,7 @@ class GovernedMemoryService(BaseMemoryService):
         if vectors is None:
             return []
         seen: dict[str, MemoryRecord] = {}
+        texts: set[str] = set()
         for at in range(0, len(vectors), MAX_SEARCH_QUERIES):  # one round trip per 8 sub-queries
             try:
                 found = await self.store.search_many(
@@ -296,7 +298,11 @@ class GovernedMemoryService(BaseMemoryService):
                 self._fail(Operation.PREFETCH, exc.reason, who)
                 return []
             for hit in (h for hits in found for h in hits):
-                seen.setdefault(hit.id, hit)
+                # never the same text twice (entries saved before the store kept one copy)
+                text = unicodedata.normalize("NFC", hit.text)
+                if hit.id not in seen and text not in texts:
+                    seen[hit.id] = hit
+                    texts.add(text)
         self.metering.count(Operation.PREFETCH, n=len(bounded))
         return list(seen.values())
 

@@ -1,13 +1,18 @@
 -- Every statement the library runs, in sqlc's `-- name: Name :kind` format with $n parameters,
 -- so the Go controller patch carries the same text (see patches/).  Each is one round trip and
--- one transaction; the rules live in the functions of migrations 000004-000011.
+-- one transaction; the rules live in the functions of migrations 000004-000012.
 -- Key parameters $1..$6: principal_issuer, principal_subject, agent_namespace, agent_name,
--- scope_kind, room_id.  Run as a member of kagent_memory_service (EXECUTE on these functions,
--- nothing else), except UnblockMemoryPrincipal, which only the owner may run.
+-- scope_kind, room_id.  Each runs as a member of the role that may call it (000012):
+-- kagent_memory_runtime (redeem and the bound calls), kagent_memory_bridge (consent, status,
+-- inspect, forget, erasure, recording requests) or kagent_memory_operator (configure, policies,
+-- logins, offboarding, sweep, report); kagent_memory_service (deprecated) holds the union of
+-- the first two plus configure, sweep, report and the unbound runtime calls.
 
 -- name: GrantMemoryScope :one
+-- $7 purpose, $8 a registered policy version allowed for the agent, $9 an embedding dimension
+-- it lists, $10 classification, $11 output audience; the limits are the policy's (000012).
 SELECT scope_id, generation, granted_at, expires_at
-FROM memory_grant($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15);
+FROM memory_grant($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11);
 
 -- name: GetMemoryGeneration :one
 SELECT memory_generation($1, $2, $3, $4, $5, $6, $7, $8, $9) AS generation;
@@ -49,8 +54,7 @@ SELECT query_ordinal, id, content, created_at, expires_at, distance
 FROM memory_search_many_bound($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11);
 
 -- name: AdmitMemoryWorkBound :one
-SELECT memory_admit_bound($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)
-    AS refused;
+SELECT memory_admit_bound($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) AS refused;
 
 -- name: ForgetMemoryEntryBound :one
 -- $8 the generation the request sends, or NULL for the one its redemption captured.
@@ -88,7 +92,9 @@ SELECT memory_record_failure($1, $2, $3, $4, $5, $6, $7);
 SELECT memory_sweep() AS deleted;
 
 -- name: AdmitMemoryWork :one
-SELECT memory_admit($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) AS refused;
+-- $9 units of work, $10 explicit (one operation of the sender's rate too), $11 the clock (NULL:
+-- the database's); capacities and refill rates are the scope's recorded policy's (000012).
+SELECT memory_admit($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) AS refused;
 
 -- name: GetMemoryStoreReport :one
 SELECT scopes, scopes_enabled, scopes_failed, entries_live, entries_expired, expired_readable,
@@ -107,3 +113,39 @@ SELECT purged, kept FROM memory_purge_principal($1, $2);
 
 -- name: UnblockMemoryPrincipal :one
 SELECT memory_unblock_principal($1, $2) AS lifted;
+
+-- Requests, policies and logins (000012).
+
+-- name: RecordMemoryRequest :exec
+-- The bridge, for each request it relays: $1 jti, $2 exp, the key, $9 classification, $10 output
+-- audience.  A runtime login redeems only what was recorded.
+SELECT memory_record_request($1, $2, $3, $4, $5, $6, $7, $8, $9, $10);
+
+-- name: GetMemoryPolicy :one
+SELECT version, max_ttl, entry_cap, fact_max_bytes, consent_max_age, prefetch_max_subqueries,
+       prefetch_subquery_max_bytes, explicit_ops_per_minute, explicit_burst, scope_ops_per_hour,
+       autosave_every_user_turns, summariser_input_max_bytes, summariser_max_facts,
+       search_limit, embedding_dimensions
+FROM memory_get_policy($1);
+
+-- name: RegisterMemoryPolicy :one
+SELECT memory_register_policy($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)
+    AS outcome;
+
+-- name: AllowMemoryPolicy :exec
+SELECT memory_allow_policy($1, $2, $3);
+
+-- name: DisallowMemoryPolicy :one
+SELECT memory_disallow_policy($1, $2, $3) AS removed;
+
+-- name: RegisterMemoryRuntimeLogin :exec
+SELECT memory_register_runtime($1, $2, $3);
+
+-- name: RegisterMemoryVerifierLogin :exec
+SELECT memory_register_verifier($1);
+
+-- name: UnregisterMemoryLogin :one
+SELECT memory_unregister_login($1) AS removed;
+
+-- name: GetMemoryLocalServer :one
+SELECT memory_local_server() AS local_server;

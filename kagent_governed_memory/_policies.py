@@ -1,0 +1,135 @@
+"""Registered policies and logins: what an operator writes, what every store checks at open.
+
+A policy is a row only the owner or a ``kagent_memory_operator`` member writes
+(``memory_register_policy``), immutable once a consent refers to it; ``grant`` names its
+version and records exactly its limits, ``admit`` reads the scope's.  A store opened with a
+``MemoryPolicy`` refuses to start unless the database holds the same policy under that version,
+so the early checks the library makes are the ones the database enforces.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from functools import cache
+from typing import Any
+
+from . import _sql
+from .errors import InvalidInput, ReasonCode
+from .identity import AgentIdentity
+from .policy import MemoryPolicy
+
+__all__: list[str] = []
+
+# Can this login switch the rules off (superuser, BYPASSRLS, a member of the tables' owner)?
+# Which governed roles does it hold, and which entry points may it run?  One round trip.
+_LOGIN_CHECK = """
+SELECT r.rolsuper, r.rolbypassrls,
+       coalesce((SELECT pg_has_role(current_user, c.relowner, 'MEMBER')
+                   FROM pg_class c WHERE c.oid = to_regclass('memory_entry')), false),
+       ARRAY(SELECT g.rolname::text FROM pg_roles g
+              WHERE g.rolname IN ('kagent_memory_runtime', 'kagent_memory_bridge',
+                                  'kagent_memory_operator', 'kagent_memory_service')
+                AND pg_has_role(current_user, g.oid, 'MEMBER')
+              ORDER BY 1),
+       ARRAY(SELECT DISTINCT p.proname::text FROM pg_proc p
+              WHERE p.pronamespace = current_schema()::regnamespace
+                AND p.proname LIKE 'memory\\_%' AND p.prosecdef
+                AND has_function_privilege(p.oid, 'EXECUTE'))
+  FROM pg_roles r WHERE r.rolname = current_user
+"""
+
+_FUNCTION = re.compile(r"\b(memory_[a-z_]+)\(")
+_LOGIN = re.compile(r"^[A-Za-z_][A-Za-z0-9_$.-]{0,62}$")
+
+
+@cache
+def _function_of(name: str) -> str:
+    """The governed entry point the named statement calls."""
+    m = _FUNCTION.search(_sql.query(name))
+    assert m is not None, name
+    return m.group(1)
+
+
+def _policy_params(policy: MemoryPolicy, dimensions: Sequence[int] | None) -> list[Any]:
+    p = policy
+    dims = sorted(set(dimensions if dimensions is not None else [p.embedding_dimension]))
+    if (p.embedding_dimension not in dims or not 1 <= len(dims) <= 8
+            or not all(isinstance(d, int) and not isinstance(d, bool) and 1 <= d <= 16000
+                       for d in dims)):
+        raise InvalidInput(ReasonCode.INVALID_POLICY)
+    if p.prefetch_max_subqueries > 8:
+        raise InvalidInput(ReasonCode.INVALID_POLICY)
+    return [p.version, p.max_ttl, p.entry_cap, p.fact_max_bytes, p.consent_max_age,
+            p.prefetch_max_subqueries, p.prefetch_subquery_max_bytes,
+            p.explicit_ops_per_minute, p.explicit_burst, p.scope_ops_per_hour,
+            p.autosave_every_user_turns, p.summariser_input_max_bytes, p.summariser_max_facts,
+            p.search_limit, dims]
+
+
+def _check_policy(row: tuple[Any, ...] | None, policy: MemoryPolicy) -> None:
+    """Refuse unless ``row`` (GetMemoryPolicy) is ``policy`` and lists its dimension."""
+    if row is None:
+        raise InvalidInput(ReasonCode.POLICY_NOT_REGISTERED)
+    mine = _policy_params(policy, [policy.embedding_dimension])
+    if list(row[:-1]) != mine[:-1] or policy.embedding_dimension not in (row[-1] or ()):
+        raise InvalidInput(ReasonCode.POLICY_MISMATCH)
+
+
+def _login(value: object) -> str:
+    if not isinstance(value, str) or not _LOGIN.fullmatch(value):
+        raise InvalidInput(ReasonCode.INVALID_ARGUMENT, field="login")
+    return value
+
+
+class _Registry:
+    """Mixed into ``GovernedMemoryStore``: the operator's registrations (a
+    ``kagent_memory_operator`` login, or the owner's privileged store)."""
+
+    async def _one(self, op: str, name: str, params: list[Any]) -> tuple[Any, ...] | None:
+        raise NotImplementedError
+
+    async def register_policy(self, policy: MemoryPolicy, *,
+                              dimensions: Sequence[int] | None = None) -> str:
+        """Register ``policy`` (and the embedding ``dimensions`` a consent under it may
+        record; default: its own).  Returns ``registered``, ``unchanged`` or ``replaced``
+        (only while no consent refers to the version); ``policy_immutable`` otherwise."""
+        if not isinstance(policy, MemoryPolicy):
+            raise InvalidInput(ReasonCode.INVALID_POLICY)
+        row = await self._one("register_policy", "RegisterMemoryPolicy",
+                              _policy_params(policy, dimensions))
+        assert row is not None
+        return str(row[0])
+
+    async def allow_policy(self, version: str, *, namespace: str | None = None,
+                           agent: str | None = None) -> None:
+        """Allow consents under ``version`` for one agent, every agent of ``namespace``, or
+        (both ``None``) every agent."""
+        if agent is not None:
+            if namespace is None:
+                raise InvalidInput(ReasonCode.INVALID_ARGUMENT, field="namespace")
+            AgentIdentity(namespace=namespace, name=agent)  # validates
+        await self._one("allow_policy", "AllowMemoryPolicy", [version, namespace, agent])
+
+    async def disallow_policy(self, version: str, *, namespace: str | None = None,
+                              agent: str | None = None) -> int:
+        row = await self._one("disallow_policy", "DisallowMemoryPolicy",
+                              [version, namespace, agent])
+        return int(row[0]) if row else 0
+
+    async def register_runtime_login(self, login: str, agent: AgentIdentity) -> None:
+        """Let database login ``login`` (a member of kagent_memory_runtime) serve ``agent``:
+        it redeems only requests the bridge recorded for that agent."""
+        if not isinstance(agent, AgentIdentity):
+            raise InvalidInput(ReasonCode.INVALID_ARGUMENT, field="agent")
+        await self._one("register_login", "RegisterMemoryRuntimeLogin",
+                        [_login(login), agent.namespace, agent.name])
+
+    async def register_verifier_login(self, login: str) -> None:
+        """Let ``login`` redeem requests nobody recorded: only for a caller that verifies the
+        bridge's signatures itself (the kagent controller)."""
+        await self._one("register_login", "RegisterMemoryVerifierLogin", [_login(login)])
+
+    async def unregister_login(self, login: str) -> int:
+        row = await self._one("unregister_login", "UnregisterMemoryLogin", [_login(login)])
+        return int(row[0]) if row else 0
