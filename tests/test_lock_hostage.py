@@ -211,6 +211,58 @@ async def test_c_pg_sleep_in_the_same_statement(store, database, op):
     assert _ended_audits(database) >= 1
 
 
+async def test_a_runtime_login_in_an_open_transaction_after_a_bound_save(store, database):
+    """The agent runtime's own login (kagent_memory_runtime, 000012) squats the scope row with
+    a bound save of the request it redeemed."""
+    from test_roles_and_policies import assertion_for, dsn_as
+
+    from kagent_governed_memory import GovernedMemoryStore
+    from kagent_governed_memory._embedded import BRIDGE_ROLE, RUNTIME_ROLE
+    from kagent_governed_memory.request import memory_request
+
+    key = make_key()
+    await _granted_with_facts(store, key)
+    async with await GovernedMemoryStore.open(database.operator_dsn, local_server=LOCAL,
+                                              sweep_every=None) as op:
+        await op.register_runtime_login(RUNTIME_ROLE, key.agent)
+    a = assertion_for(key)
+    async with await GovernedMemoryStore.open(dsn_as(database, BRIDGE_ROLE), local_server=LOCAL,
+                                              sweep_every=None) as bridge:
+        await bridge.record_request(a)
+    async with await GovernedMemoryStore.open(dsn_as(database, RUNTIME_ROLE), local_server=LOCAL,
+                                              sweep_every=None) as runtime:
+        with memory_request(a):
+            g = await runtime.redeem(a)
+    with squatter(database, dsn=dsn_as(database, RUNTIME_ROLE)) as squat:
+        pid = squat.info.backend_pid
+        squat.execute(
+            "SELECT count(*) FROM memory_save_bound(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s,"
+            " %s::vector[])", [a.jti, *_key_args(key), g, store.policy.version,
+                               ["squatted fact"], [_vector_literal("squatted fact")]])
+        await _victim(store, database, key, "withdraw")
+        assert not _alive(database, pid)
+    assert _ended_audits(database) >= 1
+
+
+async def test_a_bridge_login_in_an_open_transaction_after_a_forget(store, database):
+    """The bridge's login (kagent_memory_bridge, 000012) squats an entry row: its forget of
+    one entry is left uncommitted."""
+    from test_roles_and_policies import dsn_as
+
+    from kagent_governed_memory._embedded import BRIDGE_ROLE
+
+    key = make_key()
+    await _granted_with_facts(store, key)
+    [entry] = (await store.inspect(key)).entries[:1]
+    with squatter(database, dsn=dsn_as(database, BRIDGE_ROLE)) as squat:
+        pid = squat.info.backend_pid
+        assert squat.execute("SELECT deleted FROM memory_forget(%s, %s, %s, %s, %s, %s, %s)",
+                             [*_key_args(key), entry.id]).fetchone()[0] == 1
+        await _victim(store, database, key, "withdraw")
+        assert not _alive(database, pid)
+    assert _ended_audits(database) >= 1
+
+
 async def test_superuser_holder_is_never_ended_and_the_withdrawal_fails_cleanly(store, database):
     key = make_key()
     await _granted_with_facts(store, key)
@@ -232,15 +284,23 @@ async def test_superuser_holder_is_never_ended_and_the_withdrawal_fails_cleanly(
 
 
 async def test_only_governed_logins_are_listed(store, database):
-    """memory_lock_holders lists a governed login's backend and never a superuser's, the
-    owner's or one of a login outside the governed roles."""
+    """memory_lock_holders lists the backends of the service, runtime and bridge logins and
+    never a superuser's or the owner's."""
     key = make_key()
     g = await _granted_with_facts(store, key)
     sid = scope_uuid(database, key)
+    from test_roles_and_policies import dsn_as
+
+    from kagent_governed_memory._embedded import BRIDGE_ROLE, RUNTIME_ROLE
+
     with squatter(database) as app, squatter(database, dsn=database.admin_dsn) as admin, \
-            squatter(database, dsn=database.owner_dsn) as owner:
+            squatter(database, dsn=database.owner_dsn) as owner, \
+            squatter(database, dsn=dsn_as(database, RUNTIME_ROLE)) as runtime, \
+            squatter(database, dsn=dsn_as(database, BRIDGE_ROLE)) as bridge:
         query, params = _save_sql(store, key, g, "squatted fact")
         app.execute(query, params)
+        runtime.execute("SELECT count(*) FROM memory_get_policy(%s)", [store.policy.version])
+        bridge.execute("SELECT * FROM memory_status(%s, %s, %s, %s, %s, %s)", _key_args(key))
         admin.execute("SELECT 1 FROM memory_entry WHERE scope_id = %s LIMIT 1", [sid])
         owner.execute("SELECT memory_schema_version()")
         owner.execute("LOCK TABLE memory_audit IN ACCESS SHARE MODE")
@@ -251,7 +311,8 @@ async def test_only_governed_logins_are_listed(store, database):
             listed = conn.execute("SELECT memory_lock_holders()").fetchone()[0]
             conn.execute("ROLLBACK")
         pids = {int(h.split("/")[0]) for h in listed}
-        assert pids == {app.info.backend_pid}
+        assert pids == {app.info.backend_pid, runtime.info.backend_pid,
+                        bridge.info.backend_pid}
 
 
 async def test_migration_refuses_an_owner_without_pg_signal_backend(database):
