@@ -95,12 +95,18 @@ class GovernedMemoryStore(_RuntimeOps, _Registry, _Erasure):
     ) -> GovernedMemoryStore:
         """Open a pool (autocommit: every governed call is its own transaction).
 
-        ``dsn`` logs in as a member of ``kagent_memory_service``.  A superuser, a BYPASSRLS
-        role or the schema's owner is refused with ``privileged_role`` unless ``privileged``
-        (operator tooling only: such a role can switch off every rule).  The database records
-        ``local_server`` on first open; a store configured for another server is refused.
-        ``sweep_every`` seconds (default hourly, ``None`` for none) a background task deletes
-        expired rows physically, starting now; one replica sweeps at a time.
+        ``dsn`` logs in as a member of the role of its caller: ``kagent_memory_runtime`` (an
+        agent runtime), ``kagent_memory_bridge`` (the bridge), ``kagent_memory_operator``
+        (operator tooling), or the deprecated ``kagent_memory_service``; ``roles`` says which,
+        and an operation the role lacks is refused before any round trip
+        (``role_not_permitted``).  A superuser, a BYPASSRLS role or the schema's owner is
+        refused with ``privileged_role`` unless ``privileged`` (operator tooling only: such a
+        role can switch off every rule).  ``policy`` must be registered in the database under
+        its version with the same limits (``policy_not_registered``, ``policy_mismatch``).
+        The database records ``local_server`` on first open (a login that may configure it);
+        a store configured for another server is refused.  ``sweep_every`` seconds (default
+        hourly, ``None`` for none) a background task deletes expired rows physically, starting
+        now, when the login may sweep (operator, service, owner); one replica at a time.
         """
         _check_local_server(local_server)
         if sweep_every is not None and (isinstance(sweep_every, bool)
@@ -139,7 +145,10 @@ class GovernedMemoryStore(_RuntimeOps, _Registry, _Erasure):
             await pool.close()
             failed.__context__ = failed.__cause__ = None
             raise failed
-        if sweep_every is not None:
+        # The sweep is the operator's (and the deprecated service role's): a runtime or bridge
+        # store leaves it to the controller, an operator store or a CronJob.
+        if sweep_every is not None and (store._callable is None
+                                        or "memory_sweep" in store._callable):
             store._sweeper = Sweeper(store.sweep, every=sweep_every)
         return store
 
