@@ -126,6 +126,7 @@ class ReasonCode(StrEnum):
     SERVICE_ROLE_MISSING = "service_role_missing"
     OPERATOR_ROLE_MISSING = "operator_role_missing"
     CALLER_ROLE_MISSING = "caller_role_missing"
+    SIGNAL_PRIVILEGE_MISSING = "signal_privilege_missing"
     LOCAL_SERVER_MISMATCH = "local_server_mismatch"
     LOG_SETTINGS_UNSAFE = "log_settings_unsafe"
     TRANSACTION_REFUSED = "transaction_refused"
@@ -165,6 +166,9 @@ _DEFAULT_HINT: dict[ReasonCode, str] = {
     ReasonCode.CALLER_ROLE_MISSING: "role kagent_memory_runtime or kagent_memory_bridge does "
     "not exist and the migrating role may not create it: an administrator runs CREATE ROLE "
     "kagent_memory_runtime NOLOGIN; CREATE ROLE kagent_memory_bridge NOLOGIN, then migrate again",
+    ReasonCode.SIGNAL_PRIVILEGE_MISSING: "the migrating role lacks pg_signal_backend (migration "
+    "000013 ends governed logins' backends that hold a withdrawal's locks): an administrator "
+    "runs GRANT pg_signal_backend TO <owner>, then migrate again",
     ReasonCode.TRANSACTION_REFUSED: "governed functions run only in a fresh READ COMMITTED "
     "transaction (check default_transaction_isolation of the login role)",
     ReasonCode.LOCAL_SERVER_MISMATCH: "the database is configured for another local homeserver; "
@@ -381,6 +385,7 @@ _SQLSTATE: dict[str, tuple[type[GovernanceError], ReasonCode]] = {
     "KGA01": (InvalidInput, ReasonCode.AUDIT_APPEND_ONLY),
     "KGR01": (StoreUnavailable, ReasonCode.SERVICE_ROLE_MISSING),
     "KGR02": (StoreUnavailable, ReasonCode.OPERATOR_ROLE_MISSING),
+    "KGR04": (StoreUnavailable, ReasonCode.SIGNAL_PRIVILEGE_MISSING),
     "KGJ01": (ScopeDenied, ReasonCode.ASSERTION_REPLAYED),
     "KGJ02": (ScopeDenied, ReasonCode.ASSERTION_EXPIRED),
     "KGJ03": (ScopeDenied, ReasonCode.REQUEST_NOT_REDEEMED),
