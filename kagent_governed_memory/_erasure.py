@@ -18,6 +18,7 @@ from .models import ErasureReceipt, ForgetReceipt, OffboardReport, ScopeOutcome
 
 _log = logging.getLogger("kagent_governed_memory.store")
 _DISABLE_ATTEMPTS = 3
+_LOCK_NOT_AVAILABLE = "55P03"  # the lock bound of migration 000013 was reached
 
 
 class _Erasure:
@@ -127,7 +128,11 @@ class _Erasure:
                               at=datetime.now(UTC))
 
     async def _disable(self, key: ScopeKey) -> tuple[Any, ...] | None:
-        """Withdrawal step 1, retried on transient failures; unknown outcome → ErasureFailed."""
+        """Withdrawal step 1, retried on transient failures; unknown outcome → ErasureFailed.
+
+        A lock the database could not take within its bound (55P03: migration 000013 already
+        waited, ended the governed-login backends holding it and tried again) is not retried
+        here: it is reported at once, and nothing changed (``step="disable"``)."""
         for attempt in range(_DISABLE_ATTEMPTS):
             try:
                 return await self._one("withdraw", "DisableMemoryScope", _key(key))
@@ -137,6 +142,10 @@ class _Erasure:
                 if attempt + 1 == _DISABLE_ATTEMPTS:
                     break
                 await asyncio.sleep(0.05 * 2**attempt)
+            except GovernanceError as exc:
+                if exc.ids.get("sqlstate") != _LOCK_NOT_AVAILABLE:
+                    raise
+                break
         raise ErasureFailed(ReasonCode.ERASURE_FAILED, scope_id=key.opaque_id, step="disable")
 
     async def _clear_and_verify(self, key: ScopeKey, *, generation: int) -> tuple[int, int, datetime]:

@@ -15,6 +15,7 @@ from functools import cache
 from typing import Any
 
 from . import _sql
+from ._logpin import SETTINGS_COLUMNS
 from .errors import InvalidInput, ReasonCode
 from .identity import AgentIdentity
 from .policy import MemoryPolicy
@@ -22,8 +23,9 @@ from .policy import MemoryPolicy
 __all__: list[str] = []
 
 # Can this login switch the rules off (superuser, BYPASSRLS, a member of the tables' owner)?
-# Which governed roles does it hold, and which entry points may it run?  One round trip.
-_LOGIN_CHECK = """
+# Which governed roles does it hold, and which entry points may it run?  Does each pinned
+# server-log setting hold its safe value (one boolean each, _logpin order)?  One round trip.
+_LOGIN_CHECK = f"""
 SELECT r.rolsuper, r.rolbypassrls,
        coalesce((SELECT pg_has_role(current_user, c.relowner, 'MEMBER')
                    FROM pg_class c WHERE c.oid = to_regclass('memory_entry')), false),
@@ -35,9 +37,11 @@ SELECT r.rolsuper, r.rolbypassrls,
        ARRAY(SELECT DISTINCT p.proname::text FROM pg_proc p
               WHERE p.pronamespace = current_schema()::regnamespace
                 AND p.proname LIKE 'memory\\_%' AND p.prosecdef
-                AND has_function_privilege(p.oid, 'EXECUTE'))
+                AND has_function_privilege(p.oid, 'EXECUTE')),
+       {SETTINGS_COLUMNS}
   FROM pg_roles r WHERE r.rolname = current_user
 """
+_LOGIN_SETTINGS_AT = 5  # the column of _LOGIN_CHECK where the settings' booleans start
 
 _FUNCTION = re.compile(r"\b(memory_[a-z_]+)\(")
 _LOGIN = re.compile(r"^[A-Za-z_][A-Za-z0-9_$.-]{0,62}$")
