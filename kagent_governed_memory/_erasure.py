@@ -11,6 +11,7 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any
 
+from ._statements import _Statements
 from ._validate import _key, _parse_entry_id
 from .errors import ErasureFailed, GovernanceError, InvalidInput, ReasonCode, StoreUnavailable
 from .identity import AgentIdentity, MemoryScope, Principal, ScopeKey
@@ -21,22 +22,8 @@ _DISABLE_ATTEMPTS = 3
 _LOCK_NOT_AVAILABLE = "55P03"  # the lock bound of migration 000013 was reached
 
 
-class _Erasure:
+class _Erasure(_Statements):
     """Mixed into ``GovernedMemoryStore``, whose statements it runs."""
-
-    def _servable(self, key: ScopeKey) -> None:
-        raise NotImplementedError
-
-    async def _one(self, op: str, name: str, params: list[Any]) -> tuple[Any, ...] | None:
-        raise NotImplementedError
-
-    async def _all(self, op: str, name: str, params: list[Any]) -> list[tuple[Any, ...]]:
-        raise NotImplementedError
-
-    _bound: bool
-
-    def _request(self, op: str, key: ScopeKey) -> list[Any]:
-        raise NotImplementedError
 
     async def forget(self, key: ScopeKey, entry_id: str) -> ForgetReceipt:
         """Delete one entry and verify it unreadable (U3).  An absent, foreign, malformed or

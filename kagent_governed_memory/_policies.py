@@ -15,6 +15,7 @@ from functools import cache
 from typing import Any
 
 from . import _sql
+from ._statements import _Statements
 from ._logpin import SETTINGS_COLUMNS
 from .errors import InvalidInput, ReasonCode
 from .identity import AgentIdentity
@@ -86,12 +87,9 @@ def _login(value: object) -> str:
     return value
 
 
-class _Registry:
+class _Registry(_Statements):
     """Mixed into ``GovernedMemoryStore``: the operator's registrations (a
     ``kagent_memory_operator`` login, or the owner's privileged store)."""
-
-    async def _one(self, op: str, name: str, params: list[Any]) -> tuple[Any, ...] | None:
-        raise NotImplementedError
 
     async def register_policy(self, policy: MemoryPolicy, *,
                               dimensions: Sequence[int] | None = None) -> str:
