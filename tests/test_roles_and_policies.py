@@ -495,3 +495,16 @@ async def test_the_sweep_is_the_operators_not_the_runtimes(store, database):
     async with await GovernedMemoryStore.open(database.operator_dsn, local_server=LOCAL,
                                               sweep_every=60.0) as s:
         assert s._sweeper is not None
+
+
+async def test_a_duplicate_with_a_wrong_vector_is_refused(store, database):
+    """The dedupe answers an existing entry only for a valid save: a vector of another length
+    is refused even when its text is already stored."""
+    key = make_key()
+    await store.grant(key, purpose=PURPOSE)
+    await save(store, key, "likes tea")
+    g = await store.generation(key)
+    with psycopg.connect(database.dsn, autocommit=True) as conn:
+        assert refused(conn, "SELECT * FROM memory_save(%s, %s, %s, %s, %s, %s, %s, %s,"
+                             " ARRAY['likes tea'], ARRAY['[1,2,3]'::vector])",
+                       [*_key_args(key), g, VERSION]) == "22000"

@@ -563,6 +563,12 @@ BEGIN
     END IF;
     s := memory_scope_lock(p_issuer, p_subject, p_namespace, p_agent, p_kind, p_room);
     PERFORM memory_fence_check(s, p_generation, p_policy_version);
+    -- every vector is checked, also a duplicate's that stores nothing (the insert trigger
+    -- checks only what it inserts)
+    IF EXISTS (SELECT 1 FROM unnest(p_embeddings) AS q(e)
+                WHERE e IS NULL OR vector_dims(e) <> s.embedding_dimension) THEN
+        RAISE EXCEPTION 'invalid_embedding' USING ERRCODE = '22000';
+    END IF;
     PERFORM memory_bind_scope(s.id);
     RETURN QUERY
     WITH facts AS (
