@@ -16,7 +16,8 @@ import pytest
 from conftest import LOCAL, make_key, open_store, physical_rows, save, scope_uuid, vec
 from psycopg import sql
 from test_expiry import _key_args, _vector_literal, plant
-from test_roles_and_policies import BRIDGE, OPERATOR, RUNTIME, SERVICE, executable
+from test_roles_and_policies import BRIDGE, OPERATOR, RUNTIME, SERVICE
+from test_roles_and_policies import executable as role_executes
 
 from kagent_governed_memory import (
     Admission,
@@ -122,7 +123,7 @@ async def test_service_role_catalog_privileges(store, database):
     # and each caller's role exactly its own list (000012)
     for role, expected in (("kagent_memory_runtime", RUNTIME), ("kagent_memory_bridge", BRIDGE),
                            ("kagent_memory_operator", OPERATOR)):
-        assert executable(database, role) == expected, role
+        assert role_executes(database, role) == expected, role
 
 
 @pytest.mark.parametrize("call", HELPER_CALLS)
