@@ -6,7 +6,8 @@
 
 Three agents, identical but for memory, each driven through google-adk's ``Runner`` and
 ``InMemorySessionService`` with a scripted ``BaseLlm`` (replies "ok" at once; the summariser
-gets "[]"-free JSON facts), so the time measured is ADK's plus memory's, never a model's:
+gets "[]"-free JSON facts, two new ones each time), so the time measured is ADK's plus
+memory's, never a model's:
 
 * ``none``: no memory service, no memory tool;
 * ``adk-in-memory``: ADK's ``InMemoryMemoryService`` with ADK's ``PreloadMemoryTool`` (searches
@@ -32,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import math
 import statistics
@@ -93,6 +95,9 @@ MESSAGES = [
 ]
 
 
+_SUMMARIES = itertools.count()
+
+
 class ScriptedLlm(BaseLlm):
     model: str = "scripted"
 
@@ -100,8 +105,14 @@ class ScriptedLlm(BaseLlm):
                                      ) -> AsyncGenerator[LlmResponse, None]:
         last = llm_request.contents[-1] if llm_request.contents else None
         text = " ".join(p.text or "" for p in (last.parts or [])) if last else ""
-        reply = ('["Drinks green tea at breakfast", "Project Lighthouse review on Thursday"]'
-                 if _SUMMARY_MARKER in text else "ok")
+        if _SUMMARY_MARKER in text:
+            # distinct facts on every summary: a text already live in the scope is stored
+            # once, so repeating them would time a save that inserts nothing
+            n = next(_SUMMARIES)
+            reply = (f'["Drinks green tea at breakfast ({n})",'
+                     f' "Project Lighthouse review on Thursday ({n})"]')
+        else:
+            reply = "ok"
         yield LlmResponse(content=types.Content(role="model", parts=[types.Part(text=reply)]))
 
 
