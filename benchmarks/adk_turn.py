@@ -282,18 +282,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--facts", type=int, default=50)
     parser.add_argument("--dsn")
     parser.add_argument("--app-dsn")
+    parser.add_argument("--controller-dsn",
+                        help="with --dsn --kagent: the controller's serving login (default: the app's)")
     parser.add_argument("--kagent", action="store_true",
                         help="also time governed-kagent through the compiled controller")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     if args.dsn:
         owner, app = args.dsn, args.app_dsn or args.dsn
-        result = _run(app, owner, args)
+        result = _run(app, owner, args, args.controller_dsn or app)
     else:
         from kagent_governed_memory._embedded import EmbeddedPostgres
 
         with EmbeddedPostgres() as pg:
-            result = _run(pg.dsn, pg.owner_dsn, args)
+            # the controller's serving login (runtime + bridge + operator) where there is one
+            result = _run(pg.dsn, pg.owner_dsn, args, getattr(pg, "controller_dsn", "") or pg.dsn)
     if args.json:
         print(json.dumps(result, indent=2))
     else:
@@ -307,7 +310,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def _run(app: str, owner: str, args: argparse.Namespace) -> dict[str, Any]:
+def _run(app: str, owner: str, args: argparse.Namespace, controller: str) -> dict[str, Any]:
     kw = {"sessions": args.sessions, "turns": args.turns, "facts": args.facts}
     if not args.kagent:
         return asyncio.run(measure(app, owner, **kw))
@@ -320,7 +323,7 @@ def _run(app: str, owner: str, args: argparse.Namespace) -> dict[str, Any]:
     env = {"KAGENT_MEMORY_SCOPE_PUBLIC_KEYS": public_key_pem(bridge).decode(),
            "KAGENT_MEMORY_SCOPE_ISSUER": ISSUER,
            "KGM_TESTSERVER_AGENTS": f"{AGENT.namespace}/{AGENT.name}"}
-    with go_controller.controller(app, local_server=LOCAL, env=env) as process:
+    with go_controller.controller(controller, local_server=LOCAL, env=env) as process:
         token = go_controller.service_account_token(AGENT.namespace, AGENT.name)
         return asyncio.run(measure(app, owner, kagent=(process.url, token, bridge), **kw))
 
