@@ -12,6 +12,7 @@ import sys
 from typing import Any
 
 from ._cli_text import EXIT_FAILED, EXIT_OK, timestamp
+from ._logpin import pinned_dsn
 from .devdb import dev_database
 from .embedding import HashingEmbedder
 from .errors import ConsentRequired
@@ -76,7 +77,7 @@ async def _raw_sql_refused(dsn: str) -> str:
     import psycopg
 
     try:
-        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        async with await psycopg.AsyncConnection.connect(pinned_dsn(dsn), autocommit=True) as conn:
             await conn.execute("SELECT count(*) FROM memory_entry")
     except psycopg.Error as exc:
         return f"refused (SQLSTATE {exc.sqlstate})"

@@ -16,7 +16,7 @@ import sys
 import tempfile
 from importlib.util import find_spec
 from pathlib import Path
-from typing import Self
+from typing import Any, Self
 
 __all__ = ["APP_ROLE", "OWNER_ROLE", "EmbeddedPostgres", "pg_bin_dir", "pg_ctl_executable",
            "prepare_app_database", "wrapper_path"]
@@ -106,7 +106,8 @@ def prepare_app_database(admin_dsn: str, database: str, template: str = "") -> N
     """The two-role setup of docs/database-roles.md, made by the superuser ``admin_dsn``:
 
     * ``kgm_owner`` (login, no superuser, no BYPASSRLS) owns ``database`` and runs migrations:
-      it is the trust root;
+      it is the trust root; it is granted ``pg_signal_backend`` (migration 000013 ends a
+      governed login's backend that holds a withdrawal's locks);
     * ``kgm_app`` (login) is only a member of ``kagent_memory_service``: EXECUTE on the
       governed functions, no table privilege.  Applications and tests connect as it;
     * ``kgm_operator`` (login) is a member of ``kagent_memory_service`` and
@@ -118,7 +119,9 @@ def prepare_app_database(admin_dsn: str, database: str, template: str = "") -> N
     import psycopg
     from psycopg import sql
 
-    with psycopg.connect(admin_dsn, autocommit=True) as conn:
+    from ._logpin import pinned_dsn
+
+    with psycopg.connect(pinned_dsn(admin_dsn), autocommit=True) as conn:
         def has(role: str) -> bool:
             return conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", [role]).fetchone() is not None
 
@@ -130,6 +133,7 @@ def prepare_app_database(admin_dsn: str, database: str, template: str = "") -> N
         if not has(APP_ROLE):
             conn.execute(sql.SQL("CREATE ROLE {} LOGIN NOSUPERUSER NOBYPASSRLS IN ROLE {}").format(
                 sql.Identifier(APP_ROLE), sql.Identifier(SERVICE_ROLE)))
+        _grant_signal_backend(conn)
         if not has(OPERATOR_GROUP):
             conn.execute(sql.SQL("CREATE ROLE {} NOLOGIN").format(sql.Identifier(OPERATOR_GROUP)))
         if not has(OPERATOR_ROLE):
@@ -149,8 +153,19 @@ def prepare_app_database(admin_dsn: str, database: str, template: str = "") -> N
         conn.execute(create)
     if not template:
         target = psycopg.conninfo.make_conninfo(admin_dsn, dbname=database)
-        with psycopg.connect(target, autocommit=True) as conn:
+        with psycopg.connect(pinned_dsn(target), autocommit=True) as conn:
             conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+
+
+def _grant_signal_backend(conn: Any) -> None:
+    """The owner may end a governed login's backend that holds a withdrawal's locks (migration
+    000013, docs/database-roles.md): ``pg_signal_backend``, granted once by the superuser."""
+    from psycopg import sql
+
+    if conn.execute("SELECT pg_has_role(%s, 'pg_signal_backend', 'USAGE')",
+                    [OWNER_ROLE]).fetchone()[0]:
+        return
+    conn.execute(sql.SQL("GRANT pg_signal_backend TO {}").format(sql.Identifier(OWNER_ROLE)))
 
 
 class EmbeddedPostgres:
@@ -192,12 +207,18 @@ class EmbeddedPostgres:
             self._root = None
             raise
         base = f"host={sock} port=5432"
-        if fresh:
-            try:
+        try:
+            if fresh:
                 prepare_app_database(f"{base} user=postgres dbname=postgres", APP_DATABASE)
-            except BaseException:
-                self.stop()
-                raise
+            else:  # a kept cluster made before migration 000013 needed the grant
+                import psycopg
+
+                with psycopg.connect(f"{base} user=postgres dbname=postgres",
+                                     autocommit=True) as conn:
+                    _grant_signal_backend(conn)
+        except BaseException:
+            self.stop()
+            raise
         self.admin_dsn = f"{base} user=postgres dbname={APP_DATABASE}"
         self.owner_dsn = f"{base} user={OWNER_ROLE} dbname={APP_DATABASE}"
         self.dsn = f"{base} user={APP_ROLE} dbname={APP_DATABASE}"

@@ -11,6 +11,7 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any
 
+from ._statements import _Statements
 from ._validate import _key, _parse_entry_id
 from .errors import ErasureFailed, GovernanceError, InvalidInput, ReasonCode, StoreUnavailable
 from .identity import AgentIdentity, MemoryScope, Principal, ScopeKey
@@ -18,24 +19,11 @@ from .models import ErasureReceipt, ForgetReceipt, OffboardReport, ScopeOutcome
 
 _log = logging.getLogger("kagent_governed_memory.store")
 _DISABLE_ATTEMPTS = 3
+_LOCK_NOT_AVAILABLE = "55P03"  # the lock bound of migration 000013 was reached
 
 
-class _Erasure:
+class _Erasure(_Statements):
     """Mixed into ``GovernedMemoryStore``, whose statements it runs."""
-
-    def _servable(self, key: ScopeKey) -> None:
-        raise NotImplementedError
-
-    async def _one(self, op: str, name: str, params: list[Any]) -> tuple[Any, ...] | None:
-        raise NotImplementedError
-
-    async def _all(self, op: str, name: str, params: list[Any]) -> list[tuple[Any, ...]]:
-        raise NotImplementedError
-
-    _bound: bool
-
-    def _request(self, op: str, key: ScopeKey) -> list[Any]:
-        raise NotImplementedError
 
     async def forget(self, key: ScopeKey, entry_id: str) -> ForgetReceipt:
         """Delete one entry and verify it unreadable (U3).  An absent, foreign, malformed or
@@ -127,7 +115,11 @@ class _Erasure:
                               at=datetime.now(UTC))
 
     async def _disable(self, key: ScopeKey) -> tuple[Any, ...] | None:
-        """Withdrawal step 1, retried on transient failures; unknown outcome → ErasureFailed."""
+        """Withdrawal step 1, retried on transient failures; unknown outcome → ErasureFailed.
+
+        A lock the database could not take within its bound (55P03: migration 000013 already
+        waited, ended the governed-login backends holding it and tried again) is not retried
+        here: it is reported at once, and nothing changed (``step="disable"``)."""
         for attempt in range(_DISABLE_ATTEMPTS):
             try:
                 return await self._one("withdraw", "DisableMemoryScope", _key(key))
@@ -137,6 +129,10 @@ class _Erasure:
                 if attempt + 1 == _DISABLE_ATTEMPTS:
                     break
                 await asyncio.sleep(0.05 * 2**attempt)
+            except GovernanceError as exc:
+                if exc.ids.get("sqlstate") != _LOCK_NOT_AVAILABLE:
+                    raise
+                break
         raise ErasureFailed(ReasonCode.ERASURE_FAILED, scope_id=key.opaque_id, step="disable")
 
     async def _clear_and_verify(self, key: ScopeKey, *, generation: int) -> tuple[int, int, datetime]:

@@ -9,6 +9,7 @@ from typing import Any
 import psycopg
 from psycopg.adapt import Dumper
 
+from ._logpin import pinned_dsn
 from .errors import GovernanceError, ReasonCode, from_database_error
 
 
@@ -38,7 +39,8 @@ async def _login_probe(dsn: str, timeout: float) -> GovernanceError | None:
     """After the pool gave up: one direct connection, which reports a refused login
     (``login_refused``, a configuration error) instead of a timeout."""
     try:
-        conn = await psycopg.AsyncConnection.connect(dsn, connect_timeout=max(1, int(timeout)))
+        conn = await psycopg.AsyncConnection.connect(pinned_dsn(dsn),
+                                                     connect_timeout=max(1, int(timeout)))
     except (psycopg.Error, OSError) as exc:
         found = from_database_error(exc, "open")
         return found if found.reason is ReasonCode.LOGIN_REFUSED else None

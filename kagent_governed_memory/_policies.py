@@ -15,6 +15,8 @@ from functools import cache
 from typing import Any
 
 from . import _sql
+from ._statements import _Statements
+from ._logpin import SETTINGS_COLUMNS
 from .errors import InvalidInput, ReasonCode
 from .identity import AgentIdentity
 from .policy import MemoryPolicy
@@ -22,8 +24,9 @@ from .policy import MemoryPolicy
 __all__: list[str] = []
 
 # Can this login switch the rules off (superuser, BYPASSRLS, a member of the tables' owner)?
-# Which governed roles does it hold, and which entry points may it run?  One round trip.
-_LOGIN_CHECK = """
+# Which governed roles does it hold, and which entry points may it run?  Does each pinned
+# server-log setting hold its safe value (one boolean each, _logpin order)?  One round trip.
+_LOGIN_CHECK = f"""
 SELECT r.rolsuper, r.rolbypassrls,
        coalesce((SELECT pg_has_role(current_user, c.relowner, 'MEMBER')
                    FROM pg_class c WHERE c.oid = to_regclass('memory_entry')), false),
@@ -35,9 +38,11 @@ SELECT r.rolsuper, r.rolbypassrls,
        ARRAY(SELECT DISTINCT p.proname::text FROM pg_proc p
               WHERE p.pronamespace = current_schema()::regnamespace
                 AND p.proname LIKE 'memory\\_%' AND p.prosecdef
-                AND has_function_privilege(p.oid, 'EXECUTE'))
+                AND has_function_privilege(p.oid, 'EXECUTE')),
+       {SETTINGS_COLUMNS}
   FROM pg_roles r WHERE r.rolname = current_user
 """
+_LOGIN_SETTINGS_AT = 5  # the column of _LOGIN_CHECK where the settings' booleans start
 
 _FUNCTION = re.compile(r"\b(memory_[a-z_]+)\(")
 _LOGIN = re.compile(r"^[A-Za-z_][A-Za-z0-9_$.-]{0,62}$")
@@ -82,12 +87,9 @@ def _login(value: object) -> str:
     return value
 
 
-class _Registry:
+class _Registry(_Statements):
     """Mixed into ``GovernedMemoryStore``: the operator's registrations (a
     ``kagent_memory_operator`` login, or the owner's privileged store)."""
-
-    async def _one(self, op: str, name: str, params: list[Any]) -> tuple[Any, ...] | None:
-        raise NotImplementedError
 
     async def register_policy(self, policy: MemoryPolicy, *,
                               dimensions: Sequence[int] | None = None) -> str:

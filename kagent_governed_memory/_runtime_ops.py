@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from ._pgtypes import _Vectors
+from ._statements import _Statements
 from ._validate import (
     _check_limit,
     _check_queries,
@@ -27,7 +28,6 @@ from .assertion import _audience as _servers
 from .errors import AdmissionDenied, InvalidInput, ReasonCode, ScopeDenied
 from .identity import ScopeKey
 from .models import MemoryRecord
-from .policy import MemoryPolicy
 from .request import current_request
 
 __all__ = ["MAX_SEARCH_LIMIT", "MAX_SEARCH_QUERIES"]
@@ -36,21 +36,8 @@ MAX_SEARCH_LIMIT = 50
 MAX_SEARCH_QUERIES = 8  # query vectors per search_many: one prefetch's sub-queries
 
 
-class _RuntimeOps:
+class _RuntimeOps(_Statements):
     """Mixed into ``GovernedMemoryStore``, whose statements it runs."""
-
-    policy: MemoryPolicy
-    _local_server: str
-    _bound: bool
-
-    def _servable(self, key: ScopeKey) -> None:
-        raise NotImplementedError
-
-    async def _one(self, op: str, name: str, params: list[Any]) -> tuple[Any, ...] | None:
-        raise NotImplementedError
-
-    async def _all(self, op: str, name: str, params: list[Any]) -> list[tuple[Any, ...]]:
-        raise NotImplementedError
 
     def _request(self, op: str, key: ScopeKey) -> list[Any]:
         """The leading ``jti`` argument of a bound statement, from the current request; none

@@ -30,6 +30,7 @@ from ._cli_text import (
     human_value,
 )
 from ._embedded import EmbeddedUnavailable
+from ._logpin import pinned_dsn
 from .errors import GovernanceError, ReasonCode, from_database_error
 from .identity import AgentIdentity, MemoryScope, OriginKind, Principal, ScopeKey
 from .migrations import LATEST_VERSION, migrate
@@ -44,9 +45,10 @@ DEFAULT_LOCAL_SERVER = "example.org"
 _CONFIGURATION = frozenset({
     ReasonCode.LOGIN_REFUSED, ReasonCode.PERMISSION_DENIED, ReasonCode.PRIVILEGED_ROLE,
     ReasonCode.SERVICE_ROLE_MISSING, ReasonCode.OPERATOR_ROLE_MISSING,
-    ReasonCode.LOCAL_SERVER_MISMATCH, ReasonCode.UNAUTHENTICATED, ReasonCode.FORBIDDEN,
-    ReasonCode.CONTROLLER_ERROR, ReasonCode.ROLE_NOT_PERMITTED, ReasonCode.CALLER_ROLE_MISSING,
-    ReasonCode.POLICY_NOT_REGISTERED, ReasonCode.POLICY_MISMATCH})
+    ReasonCode.SIGNAL_PRIVILEGE_MISSING,
+    ReasonCode.LOCAL_SERVER_MISMATCH, ReasonCode.LOG_SETTINGS_UNSAFE, ReasonCode.UNAUTHENTICATED,
+    ReasonCode.FORBIDDEN, ReasonCode.CONTROLLER_ERROR, ReasonCode.ROLE_NOT_PERMITTED,
+    ReasonCode.CALLER_ROLE_MISSING, ReasonCode.POLICY_NOT_REGISTERED, ReasonCode.POLICY_MISMATCH})
 _UNAVAILABLE = frozenset({ReasonCode.STORE_UNAVAILABLE, ReasonCode.SCHEMA_OUTDATED})
 
 
@@ -216,7 +218,7 @@ async def _probe_login(dsn: str) -> None:
 
     failed: GovernanceError | None = None
     try:
-        conn = await psycopg.AsyncConnection.connect(dsn, connect_timeout=10)
+        conn = await psycopg.AsyncConnection.connect(pinned_dsn(dsn), connect_timeout=10)
     except (psycopg.Error, OSError) as exc:
         failed = from_database_error(exc, "open")
     else:

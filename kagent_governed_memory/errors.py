@@ -126,7 +126,9 @@ class ReasonCode(StrEnum):
     SERVICE_ROLE_MISSING = "service_role_missing"
     OPERATOR_ROLE_MISSING = "operator_role_missing"
     CALLER_ROLE_MISSING = "caller_role_missing"
+    SIGNAL_PRIVILEGE_MISSING = "signal_privilege_missing"
     LOCAL_SERVER_MISMATCH = "local_server_mismatch"
+    LOG_SETTINGS_UNSAFE = "log_settings_unsafe"
     TRANSACTION_REFUSED = "transaction_refused"
     # the kagent controller's governed API (kagent mode)
     UNAUTHENTICATED = "unauthenticated"
@@ -164,10 +166,20 @@ _DEFAULT_HINT: dict[ReasonCode, str] = {
     ReasonCode.CALLER_ROLE_MISSING: "role kagent_memory_runtime or kagent_memory_bridge does "
     "not exist and the migrating role may not create it: an administrator runs CREATE ROLE "
     "kagent_memory_runtime NOLOGIN; CREATE ROLE kagent_memory_bridge NOLOGIN, then migrate again",
+    ReasonCode.SIGNAL_PRIVILEGE_MISSING: "the migrating role lacks pg_signal_backend (migration "
+    "000013 ends governed logins' backends that hold a withdrawal's locks): an administrator "
+    "runs GRANT pg_signal_backend TO <owner>, then migrate again",
     ReasonCode.TRANSACTION_REFUSED: "governed functions run only in a fresh READ COMMITTED "
     "transaction (check default_transaction_isolation of the login role)",
     ReasonCode.LOCAL_SERVER_MISMATCH: "the database is configured for another local homeserver; "
     "pass the same local_server as every other store of this database",
+    ReasonCode.LOG_SETTINGS_UNSAFE: "a server-log setting of this connection differs from its "
+    "safe value, so PostgreSQL's log could receive statement parameters (facts, vectors), plans "
+    "or parse trees: the library sends them as connection options (-c "
+    "log_parameter_max_length_on_error=0, debug_print_parse/rewritten/plan=off, "
+    "plpgsql.print_strict_params=off, local_preload_libraries empty), which something dropped or "
+    "overrode (a pooler that ignores the options startup parameter, a SET after connecting): "
+    "connect directly or let the pooler pass options; see docs/database-roles.md, Server log",
     ReasonCode.SPAN_CONTENT_CAPTURE: "google-adk captures message content in spans or logs; set "
     "ADK_CAPTURE_MESSAGE_CONTENT_IN_SPANS=false and leave "
     "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT unset, or wrap every exporter in "
@@ -373,6 +385,7 @@ _SQLSTATE: dict[str, tuple[type[GovernanceError], ReasonCode]] = {
     "KGA01": (InvalidInput, ReasonCode.AUDIT_APPEND_ONLY),
     "KGR01": (StoreUnavailable, ReasonCode.SERVICE_ROLE_MISSING),
     "KGR02": (StoreUnavailable, ReasonCode.OPERATOR_ROLE_MISSING),
+    "KGR04": (StoreUnavailable, ReasonCode.SIGNAL_PRIVILEGE_MISSING),
     "KGJ01": (ScopeDenied, ReasonCode.ASSERTION_REPLAYED),
     "KGJ02": (ScopeDenied, ReasonCode.ASSERTION_EXPIRED),
     "KGJ03": (ScopeDenied, ReasonCode.REQUEST_NOT_REDEEMED),

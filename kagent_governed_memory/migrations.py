@@ -14,6 +14,7 @@ from typing import Any
 import psycopg
 
 from . import _sql
+from ._logpin import pinned_dsn
 from .errors import GovernanceError, from_database_error
 
 __all__ = ["LATEST_VERSION", "OPERATOR_ROLE", "SERVICE_ROLE", "apply_migrations", "migrate",
@@ -67,7 +68,7 @@ async def migrate(dsn: str, *, local_server: str | None = None) -> list[int]:
     return their versions.  Idempotent, safe to run from several processes at once."""
     failed: GovernanceError | None = None
     try:
-        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        async with await psycopg.AsyncConnection.connect(pinned_dsn(dsn), autocommit=True) as conn:
             return await apply_migrations(conn, local_server)
     except (psycopg.Error, OSError) as exc:
         failed = from_database_error(exc, "migrate")

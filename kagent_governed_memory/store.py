@@ -22,8 +22,9 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 from . import _sql
 from ._cursor import _CURSOR, _cursor_tag, _decode_cursor, _encode_cursor  # noqa: F401
 from ._erasure import _Erasure
+from ._logpin import PINNED_LOG_SETTINGS, pinned_dsn
 from ._pgtypes import _login_probe, _VectorArrayDumper, _Vectors
-from ._policies import _LOGIN_CHECK, _check_policy, _function_of, _Registry
+from ._policies import _LOGIN_CHECK, _LOGIN_SETTINGS_AT, _check_policy, _function_of, _Registry
 from ._runtime_ops import MAX_SEARCH_LIMIT, MAX_SEARCH_QUERIES, _audience, _RuntimeOps
 from ._validate import (
     EMBEDDING_DIMENSION,
@@ -95,12 +96,21 @@ class GovernedMemoryStore(_RuntimeOps, _Registry, _Erasure):
     ) -> GovernedMemoryStore:
         """Open a pool (autocommit: every governed call is its own transaction).
 
-        ``dsn`` logs in as a member of ``kagent_memory_service``.  A superuser, a BYPASSRLS
-        role or the schema's owner is refused with ``privileged_role`` unless ``privileged``
-        (operator tooling only: such a role can switch off every rule).  The database records
-        ``local_server`` on first open; a store configured for another server is refused.
-        ``sweep_every`` seconds (default hourly, ``None`` for none) a background task deletes
-        expired rows physically, starting now; one replica sweeps at a time.
+        ``dsn`` logs in as a member of the role of its caller: ``kagent_memory_runtime`` (an
+        agent runtime), ``kagent_memory_bridge`` (the bridge), ``kagent_memory_operator``
+        (operator tooling), or the deprecated ``kagent_memory_service``; ``roles`` says which,
+        and an operation the role lacks is refused before any round trip
+        (``role_not_permitted``).  A superuser, a BYPASSRLS role or the schema's owner is
+        refused with ``privileged_role`` unless ``privileged`` (operator tooling only: such a
+        role can switch off every rule).  ``policy`` must be registered in the database under
+        its version with the same limits (``policy_not_registered``, ``policy_mismatch``).
+        The database records ``local_server`` on first open (a login that may configure it);
+        a store configured for another server is refused.  Every connection pins the
+        server-log settings of ``_logpin`` (libpq ``options``, after the DSN's own); one that
+        does not hold them is refused with ``log_settings_unsafe``.  ``sweep_every`` seconds
+        (default hourly, ``None`` for none) a background task deletes expired rows physically,
+        starting now, when the login may sweep (operator, service, owner); one replica at a
+        time.
         """
         _check_local_server(local_server)
         if sweep_every is not None and (isinstance(sweep_every, bool)
@@ -115,7 +125,7 @@ class GovernedMemoryStore(_RuntimeOps, _Registry, _Erasure):
         store = cls(None, local_server=local_server, policy=policy)
         store._privileged = privileged
         pool = store._pool = AsyncConnectionPool(
-            conninfo=dsn,
+            conninfo=pinned_dsn(dsn),  # the server-log settings win over role defaults
             min_size=min_size,
             max_size=max_size,
             kwargs={"autocommit": True},
@@ -139,7 +149,10 @@ class GovernedMemoryStore(_RuntimeOps, _Registry, _Erasure):
             await pool.close()
             failed.__context__ = failed.__cause__ = None
             raise failed
-        if sweep_every is not None:
+        # The sweep is the operator's (and the deprecated service role's): a runtime or bridge
+        # store leaves it to the controller, an operator store or a CronJob.
+        if sweep_every is not None and (store._callable is None
+                                        or "memory_sweep" in store._callable):
             store._sweeper = Sweeper(store.sweep, every=sweep_every)
         return store
 
@@ -174,6 +187,10 @@ class GovernedMemoryStore(_RuntimeOps, _Registry, _Erasure):
         row = await cur.fetchone()
         if row is None or (any(row[:3]) and not privileged):
             raise InvalidInput(ReasonCode.PRIVILEGED_ROLE)
+        for (name, _safe), safe in zip(PINNED_LOG_SETTINGS, row[_LOGIN_SETTINGS_AT:],
+                                          strict=True):
+            if safe is not True:  # the name of a setting, never its value
+                raise InvalidInput(ReasonCode.LOG_SETTINGS_UNSAFE, setting=name)
         if await schema_version(conn) is None:
             return  # not migrated yet: every operation says schema_outdated until it is
         self.roles = frozenset(row[3])

@@ -484,3 +484,14 @@ def test_cli_registers_policies_and_logins(database, tmp_path, capsys):
                             " WHERE policy_version = 'tight-1'").fetchall() == [("kagent", None)]
         assert conn.execute("SELECT login, agent_name FROM memory_runtime_login").fetchall() \
             == [(RUNTIME_ROLE, "my-agent")]
+
+
+async def test_the_sweep_is_the_operators_not_the_runtimes(store, database):
+    """A runtime or bridge store starts no sweeper (it may not sweep); an operator store does."""
+    for user in (RUNTIME_ROLE, BRIDGE_ROLE):
+        async with await GovernedMemoryStore.open(dsn_as(database, user), local_server=LOCAL,
+                                                  sweep_every=60.0) as s:
+            assert s._sweeper is None
+    async with await GovernedMemoryStore.open(database.operator_dsn, local_server=LOCAL,
+                                              sweep_every=60.0) as s:
+        assert s._sweeper is not None

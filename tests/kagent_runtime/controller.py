@@ -34,7 +34,6 @@ from kagent_governed_memory import (
     AgentIdentity,
     GovernanceError,
     GovernedMemoryStore,
-    MemoryPolicy,
     MemoryScope,
     Principal,
     ReasonCode,
@@ -105,10 +104,21 @@ def _key(scope: Any) -> ScopeKey:
 
 class TestController:
     def __init__(self, store: GovernedMemoryStore | None, public_keys: Any, issuer: str,
-                 admission_policy: MemoryPolicy | None = None) -> None:
+                 admin_dsn: str | None = None) -> None:
         self.store = store
-        self.admission = Admission(store, admission_policy) if store is not None else None
+        # the budgets are the scope's registered policy's, as in the Go controller
+        self.admission = Admission(store) if store is not None else None
+        self.admin_dsn = admin_dsn
+        self.reset_budgets = admin_dsn is not None  # fresh buckets before each turn
         self.public_keys, self.issuer = public_keys, issuer
+
+    def before_turn(self) -> None:
+        """As the compiled controller's stand-in: a long scenario starts each turn with full
+        admission buckets (the prototype policy's burst is 3 explicit operations)."""
+        if self.reset_budgets and self.admin_dsn:
+            import psycopg
+            with psycopg.connect(self.admin_dsn, autocommit=True) as conn:
+                conn.execute("DELETE FROM memory_admission_bucket")
         self.calls: collections.Counter[str] = collections.Counter()
         self.unverified_calls = 0
         self.refused_auth: collections.Counter[str] = collections.Counter()

@@ -138,10 +138,8 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from kagent_governed_memory import (
-    Admission,
     AgentIdentity,
     GovernedMemoryStore,
-    MemoryPolicy,
     MemoryScope,
     OriginKind,
     Principal,
@@ -468,7 +466,7 @@ class Harness:
         """One A2A ``message/send``; returns the agent's text.  Waits for background work."""
         if token is None and key is not None:
             token = token_for(key, context=session)
-        if isinstance(self.controller, CompiledController):
+        if hasattr(self.controller, "before_turn"):
             self.controller.before_turn()
         headers = {"x-user-id": "alice@example.org"}
         if token is not None:
@@ -714,20 +712,16 @@ async def run_patched(h: Harness, store: GovernedMemoryStore, admin_dsn: str) ->
     }
     h.embedder.fail_with = None
 
-    # 6. Admission comes before any model or embedding work (A1): a fresh scope under a
-    #    budget of one unit per hour; an explicit save costs two.
+    # 6. Admission comes before any model or embedding work (A1): a fresh scope whose
+    #    sender has spent the policy's burst of explicit operations.
     key_b = make_key(room="!control-b:example.org")
     await store.grant(key_b, purpose="personal_preferences")
-    if isinstance(h.controller, CompiledController):
-        # The compiled controller's own policy: a burst of 3 explicit operations per sender.
+    if hasattr(h.controller, "before_turn"):
+        # The scope's registered policy: a burst of 3 explicit operations per sender.
         h.controller.before_turn()
         h.controller.reset_budgets = False
         for i in range(3):
             await h.turn("budget", f"LOAD warm {i}", key=key_b)
-    else:
-        h.controller.admission = Admission(store, MemoryPolicy(
-            version="test-tight", scope_ops_per_hour=1, explicit_burst=1,
-            explicit_ops_per_minute=1))
     calls_before = h.embedder.calls
     report["admission"] = {
         "save": await h.turn("budget", "SAVE I like chamomile", key=key_b),
@@ -761,10 +755,8 @@ async def run_patched(h: Harness, store: GovernedMemoryStore, admin_dsn: str) ->
     # 9. Inject, don't persist: a fact (planted in the scoped store, as an earlier
     #    conversation would have saved it) recalled by load_memory reaches the model's request,
     #    and nothing of it reaches what kagent persists (events, tasks).
-    if isinstance(h.controller, CompiledController):  # section 6's budgets no longer apply
+    if hasattr(h.controller, "before_turn"):  # section 6's budgets no longer apply
         h.controller.reset_budgets = True
-    else:
-        h.controller.admission = Admission(store, LOOSE)
     key_r = make_key(room="!control-recall:example.org")
     await store.grant(key_r, purpose="personal_preferences")
     recall_fact = f"{SENTINELS['recall']} is the codename of my project"
@@ -823,10 +815,6 @@ async def run_patched(h: Harness, store: GovernedMemoryStore, admin_dsn: str) ->
     token_forms = {f"token{i}": t for i, t in enumerate(h.tokens[:3])}
     report["leaks"] = leaks(token_forms)
     return report
-
-
-LOOSE = MemoryPolicy(version="test-loose", explicit_burst=1000, explicit_ops_per_minute=6000,
-                     scope_ops_per_hour=100000)
 
 
 def _scalar(dsn: str, query: str, params: list | None = None):
@@ -974,12 +962,12 @@ async def main() -> dict[str, Any]:
                   if DIMENSION else PROTOTYPE_POLICY)
         store = await GovernedMemoryStore.open(os.environ["KGM_TEST_DSN"], local_server=LOCAL,
                                                policy=policy, sweep_every=None)
-    # Generous budgets for the scenario; section 6 swaps in a tight one.
-    loose = LOOSE
+    # Full budgets before each turn; section 6 lets the policy's burst run out.
     if CONTROLLER_URL and PATCHED:
         controller: Any = CompiledController(CONTROLLER_URL, os.environ["KGM_TEST_ADMIN_DSN"])
     else:
-        controller = TestController(store, PUBLIC_KEYS, ISSUER, admission_policy=loose)
+        controller = TestController(store, PUBLIC_KEYS, ISSUER,
+                                    admin_dsn=os.environ.get("KGM_TEST_ADMIN_DSN"))
     embedder = EmbeddingServer()
     url = await embedder.start()
     harness = Harness(controller, embedder, ScriptedLlm())
