@@ -6,7 +6,8 @@
 
 Three agents, identical but for memory, each driven through google-adk's ``Runner`` and
 ``InMemorySessionService`` with a scripted ``BaseLlm`` (replies "ok" at once; the summariser
-gets "[]"-free JSON facts), so the time measured is ADK's plus memory's, never a model's:
+gets "[]"-free JSON facts, two new ones each time), so the time measured is ADK's plus
+memory's, never a model's:
 
 * ``none``: no memory service, no memory tool;
 * ``adk-in-memory``: ADK's ``InMemoryMemoryService`` with ADK's ``PreloadMemoryTool`` (searches
@@ -32,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import math
 import statistics
@@ -93,6 +95,9 @@ MESSAGES = [
 ]
 
 
+_SUMMARIES = itertools.count()
+
+
 class ScriptedLlm(BaseLlm):
     model: str = "scripted"
 
@@ -100,8 +105,14 @@ class ScriptedLlm(BaseLlm):
                                      ) -> AsyncGenerator[LlmResponse, None]:
         last = llm_request.contents[-1] if llm_request.contents else None
         text = " ".join(p.text or "" for p in (last.parts or [])) if last else ""
-        reply = ('["Drinks green tea at breakfast", "Project Lighthouse review on Thursday"]'
-                 if _SUMMARY_MARKER in text else "ok")
+        if _SUMMARY_MARKER in text:
+            # distinct facts on every summary: a text already live in the scope is stored
+            # once, so repeating them would time a save that inserts nothing
+            n = next(_SUMMARIES)
+            reply = (f'["Drinks green tea at breakfast ({n})",'
+                     f' "Project Lighthouse review on Thursday ({n})"]')
+        else:
+            reply = "ok"
         yield LlmResponse(content=types.Content(role="model", parts=[types.Part(text=reply)]))
 
 
@@ -271,18 +282,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--facts", type=int, default=50)
     parser.add_argument("--dsn")
     parser.add_argument("--app-dsn")
+    parser.add_argument("--controller-dsn",
+                        help="with --dsn --kagent: the controller's serving login (default: the app's)")
     parser.add_argument("--kagent", action="store_true",
                         help="also time governed-kagent through the compiled controller")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     if args.dsn:
         owner, app = args.dsn, args.app_dsn or args.dsn
-        result = _run(app, owner, args)
+        result = _run(app, owner, args, args.controller_dsn or app)
     else:
         from kagent_governed_memory._embedded import EmbeddedPostgres
 
         with EmbeddedPostgres() as pg:
-            result = _run(pg.dsn, pg.owner_dsn, args)
+            # the controller's serving login (runtime + bridge + operator) where there is one
+            result = _run(pg.dsn, pg.owner_dsn, args, getattr(pg, "controller_dsn", "") or pg.dsn)
     if args.json:
         print(json.dumps(result, indent=2))
     else:
@@ -296,7 +310,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def _run(app: str, owner: str, args: argparse.Namespace) -> dict[str, Any]:
+def _run(app: str, owner: str, args: argparse.Namespace, controller: str) -> dict[str, Any]:
     kw = {"sessions": args.sessions, "turns": args.turns, "facts": args.facts}
     if not args.kagent:
         return asyncio.run(measure(app, owner, **kw))
@@ -309,7 +323,7 @@ def _run(app: str, owner: str, args: argparse.Namespace) -> dict[str, Any]:
     env = {"KAGENT_MEMORY_SCOPE_PUBLIC_KEYS": public_key_pem(bridge).decode(),
            "KAGENT_MEMORY_SCOPE_ISSUER": ISSUER,
            "KGM_TESTSERVER_AGENTS": f"{AGENT.namespace}/{AGENT.name}"}
-    with go_controller.controller(app, local_server=LOCAL, env=env) as process:
+    with go_controller.controller(controller, local_server=LOCAL, env=env) as process:
         token = go_controller.service_account_token(AGENT.namespace, AGENT.name)
         return asyncio.run(measure(app, owner, kagent=(process.url, token, bridge), **kw))
 

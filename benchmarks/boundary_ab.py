@@ -33,13 +33,17 @@ from kagent_governed_memory.embedding import HashingEmbedder
 ROOT = Path(__file__).resolve().parent.parent
 MIGRATIONS = "kagent_governed_memory/sql/migrations"
 OLD_SEARCH = "SELECT * FROM memory_search(%s,%s,%s,%s,%s,%s,1,%s::vector,5)"
-NEW_SEARCH = "SELECT * FROM memory_search(%s,%s,%s,%s,%s,%s,1,'v1',%s::vector,5)"
+# this tree's side: a registered policy version (the migrations register the prototype)
+VERSION = "adr0023-prototype-1"
+NEW_SEARCH = f"SELECT * FROM memory_search(%s,%s,%s,%s,%s,%s,1,'{VERSION}',%s::vector,5)"
 OLD_SAVE = "SELECT * FROM memory_save(%s,%s,%s,%s,%s,%s,1,ARRAY[%s],ARRAY[%s::vector])"
-NEW_SAVE = "SELECT * FROM memory_save(%s,%s,%s,%s,%s,%s,1,'v1',ARRAY[%s],ARRAY[%s::vector])"
+NEW_SAVE = (f"SELECT * FROM memory_save(%s,%s,%s,%s,%s,%s,1,'{VERSION}',ARRAY[%s],"
+            "ARRAY[%s::vector])")
 OLD_GRANT = ("SELECT * FROM memory_grant(%s,%s,%s,%s,%s,%s,'p','v1','7 days',100,512,"
              "'90 days')")
-NEW_GRANT = ("SELECT * FROM memory_grant(%s,%s,%s,%s,%s,%s,'p','v1','7 days',100,512,"
-             "'90 days',768,'personal',ARRAY['example.org'])")
+# no limits: the registered policy's (7 days, 100 entries, 512 bytes, 90 days) are recorded
+NEW_GRANT = (f"SELECT * FROM memory_grant(%s,%s,%s,%s,%s,%s,'p','{VERSION}',768,'personal',"
+             "ARRAY['example.org'])")
 
 
 def old_migrations(ref: str) -> list[str]:
@@ -81,7 +85,8 @@ def run(ref: str, scopes: int, facts: int, iters: int) -> dict[tuple[str, str], 
                 c.execute(OLD_GRANT if side == "old" else NEW_GRANT, key(i, side))
                 save = ("SELECT * FROM memory_save(%s,%s,%s,%s,%s,%s,1,%s,%s::vector[])"
                         if side == "old" else
-                        "SELECT * FROM memory_save(%s,%s,%s,%s,%s,%s,1,'v1',%s,%s::vector[])")
+                        f"SELECT * FROM memory_save(%s,%s,%s,%s,%s,%s,1,'{VERSION}',%s,"
+                        "%s::vector[])")
                 c.execute(save, key(i, side) + [texts[i], vecs[i]])
             c.execute("ANALYZE")
         rng = random.Random(7)

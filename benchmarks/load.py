@@ -22,8 +22,10 @@ work, as an agent runtime does it:
 
 Query and fact vectors are precomputed (no embedder on either side); both sides start from
 Python lists of floats.  A session changes scope every 10 turns (a new conversation).  The
-admission buckets are sized so the benchmark is not refused (``scope_ops_per_hour`` 10⁶;
-refusals are counted apart from errors anyway).
+admission buckets are sized so the benchmark is not refused: the consents are granted under a
+policy registered for it (``bench-load-1``: the prototype's limits, ``scope_ops_per_hour``
+10⁶), whose budgets the database reads; refusals are counted apart from errors anyway.  Saved
+texts are distinct in every run (a text already live in a scope is stored once).
 
 Storm run: at C = ``--storm-concurrency``, once a third of the turns are done, 10 % of all
 scopes — those the sessions are on first — are withdrawn (``store.withdraw``) while the turns go
@@ -85,7 +87,6 @@ from kagent_governed_memory.errors import (  # noqa: E402
 )
 from kagent_governed_memory.keys import key_id  # noqa: E402
 from kagent_governed_memory.migrations import migrate  # noqa: E402
-from kagent_governed_memory.policy import PROTOTYPE_POLICY  # noqa: E402
 
 ISSUER = "https://bridge.example.org"
 AGENT = AgentIdentity(namespace=bench.NAMESPACE, name=bench.AGENT)
@@ -93,6 +94,10 @@ SUBQUERIES = 8
 SAVE_EVERY, INSPECT_EVERY, FORGET_EVERY, SCOPE_EVERY = 5, 10, 20, 10
 SIDES = ("governed", "governed-8", "upstream")
 _REFUSALS = (AdmissionDenied, ConsentRequired, EntryCapReached, ScopeDenied)
+# The prototype's storage limits with the scope budget sized for a benchmark (a session turns
+# many times an hour here), registered by the owner and allowed for every agent: the budgets
+# are the scope's registered policy's, no caller passes them.
+LOAD_POLICY = MemoryPolicy(version="bench-load-1", scope_ops_per_hour=1_000_000)
 
 
 @dataclass(frozen=True)
@@ -157,9 +162,8 @@ class World:
         self.pool = pool
         self.upstream = upstream
         self.queries = queries
-        # the policy's buckets sized for a benchmark; the version is the consents' own
-        self.admission = Admission(store, MemoryPolicy(version=PROTOTYPE_POLICY.version,
-                                                       scope_ops_per_hour=1_000_000))
+        # the budgets of the consents' registered policy (LOAD_POLICY: sized for a benchmark)
+        self.admission = Admission(store)
         self.bridge = generate_private_key()
         self.public = {key_id(self.bridge): self.bridge.public_key()}
         self.keys = {s: bench.scope_key(s) for s in range(size.scopes)}
@@ -211,7 +215,9 @@ async def governed_turn(w: World, run: SideRun, session: int, turn: int, c: int,
     await _timed(run, "prefetch", prefetch)
     if turn % SAVE_EVERY == SAVE_EVERY - 1:
         n = rng.randint(1, 10)
-        facts = [f"load fact {session}-{turn}-{k}" for k in range(n)]
+        # distinct across runs and sides too: every run meets the same scopes, and a text
+        # already live in a scope is stored once (the save would then insert nothing)
+        facts = [f"load fact {run.side}-{c}-{session}-{turn}-{k}" for k in range(n)]
         embs = [w.queries[rng.randrange(len(w.queries))] for _ in range(n)]
 
         async def save() -> list[str]:
@@ -239,7 +245,7 @@ async def upstream_turn(w: World, run: SideRun, session: int, turn: int, c: int,
     await _timed(run, "prefetch", prefetch)
     if turn % SAVE_EVERY == SAVE_EVERY - 1:
         n = rng.randint(1, 10)
-        items = [(f"load fact {session}-{turn}-{k}",
+        items = [(f"load fact {run.side}-{c}-{session}-{turn}-{k}",
                   Vector(w.queries[rng.randrange(len(w.queries))])) for k in range(n)]
 
         async def save() -> int:
@@ -251,7 +257,7 @@ async def upstream_turn(w: World, run: SideRun, session: int, turn: int, c: int,
 
 async def run_side(w: World, side: str, c: int, *, storm: bool = False,
                    admin_dsn: str | None = None) -> SideRun:
-    run = SideRun(side, c)
+    run = SideRun(f"{side} (storm)" if storm else side, c)  # the name is in its saved texts
     per_session = max(10, w.size.turns // c)
     plan = [(s, t, w.scope_of(s, t, c)) for s in range(c) for t in range(per_session)]
     tokens = w.tokens(plan) if side != "upstream" else {}
@@ -354,11 +360,15 @@ async def prepare(dsn: str, app_dsn: str | None, upstream: UpstreamSQL, size: Lo
     app_bench_dsn = bench_dsn if app_dsn is None else make_conninfo(
         app_dsn, options=conninfo_to_dict(bench_dsn)["options"])
     await migrate(bench_dsn, local_server=bench.LOCAL)
+    async with await GovernedMemoryStore.open(bench_dsn, local_server=bench.LOCAL,
+                                              privileged=True, sweep_every=None) as owner:
+        await owner.register_policy(LOAD_POLICY)
+        await owner.allow_policy(LOAD_POLICY.version)
     data = bench.Size("load", size.scopes, size.facts, (), recall_queries=256, seed=size.seed)
     async with await bench.connect(bench_dsn) as setup:
         await bench.generate_source(setup, data, say)
         await bench.create_upstream_table(setup, upstream)
-        await bench.load_governed(setup, 0, size.scopes, data, say)
+        await bench.load_governed(setup, 0, size.scopes, data, say, policy=LOAD_POLICY)
         await bench.load_upstream(setup, data)
         await bench.finish_upstream_schema(setup, upstream, say)
         await bench.vacuum_analyze(setup, "memory_entry", "memory_scope", "memory")
@@ -379,8 +389,9 @@ async def run_load(dsn: str, upstream: UpstreamSQL, size: LoadSize, *,
     admin_bench_dsn = None if admin_dsn is None else make_conninfo(
         admin_dsn, options=conninfo_to_dict(bench_dsn)["options"])
     store = await GovernedMemoryStore.open(app_bench_dsn, local_server=bench.LOCAL,
-                                           min_size=size.pool, max_size=size.pool,
-                                           sweep_every=None, privileged=app_dsn is None)
+                                           policy=LOAD_POLICY, min_size=size.pool,
+                                           max_size=size.pool, sweep_every=None,
+                                           privileged=app_dsn is None)
 
     async def configure(conn: psycopg.AsyncConnection) -> None:
         await register_vector_async(conn)

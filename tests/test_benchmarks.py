@@ -230,7 +230,10 @@ async def test_adk_turn_benchmark_in_kagent_mode_at_a_tiny_size(database):
            "KAGENT_MEMORY_SCOPE_ISSUER": turn.ISSUER,
            "KGM_TESTSERVER_AGENTS": f"{turn.AGENT.namespace}/{turn.AGENT.name}"}
     try:
-        running = go_controller.controller(database.dsn, env=env)
+        # the controller's serving login (runtime + bridge + operator) where the fixture has
+        # one (issue 25), else the application login
+        running = go_controller.controller(getattr(database, "controller_dsn", "") or database.dsn,
+                                           env=env)
         process = running.__enter__()
     except go_controller.Unavailable as exc:
         pytest.skip(f"GO VERIFICATION NOT RUN: the compiled controller is unavailable ({exc})")
