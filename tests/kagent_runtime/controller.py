@@ -109,16 +109,9 @@ class TestController:
         # the budgets are the scope's registered policy's, as in the Go controller
         self.admission = Admission(store) if store is not None else None
         self.admin_dsn = admin_dsn
-        self.reset_budgets = admin_dsn is not None  # fresh buckets before each turn
+        self.reset_budgets = store is not None and admin_dsn is not None  # fresh buckets each turn
         self.public_keys, self.issuer = public_keys, issuer
 
-    def before_turn(self) -> None:
-        """As the compiled controller's stand-in: a long scenario starts each turn with full
-        admission buckets (the prototype policy's burst is 3 explicit operations)."""
-        if self.reset_budgets and self.admin_dsn:
-            import psycopg
-            with psycopg.connect(self.admin_dsn, autocommit=True) as conn:
-                conn.execute("DELETE FROM memory_admission_bucket")
         self.calls: collections.Counter[str] = collections.Counter()
         self.unverified_calls = 0
         self.refused_auth: collections.Counter[str] = collections.Counter()
@@ -133,6 +126,14 @@ class TestController:
             Route("/api/memories/search", self._legacy_search, methods=["POST"]),
         ]
         self.app = Starlette(routes=routes)
+
+    def before_turn(self) -> None:
+        """As the compiled controller's stand-in: a long scenario starts each turn with full
+        admission buckets (the prototype policy's burst is 3 explicit operations)."""
+        if self.reset_budgets and self.admin_dsn:
+            import psycopg
+            with psycopg.connect(self.admin_dsn, autocommit=True) as conn:
+                conn.execute("DELETE FROM memory_admission_bucket")
 
     # -- governed ------------------------------------------------------------------------------
 
