@@ -216,9 +216,10 @@ async def test_down_of_10_removes_it(store, database):
 class _Trace:
     """libpq's protocol trace of one connection: a round trip ends with Sync or a Query."""
 
-    def __init__(self, conn: psycopg.AsyncConnection) -> None:
+    def __init__(self, conn: psycopg.AsyncConnection, where) -> None:
+        # in the test's own tmp_path: the trace holds the statements' parameters
         self.conn = conn
-        fd, self.path = tempfile.mkstemp(prefix="kgm-i16-trace-")
+        fd, self.path = tempfile.mkstemp(prefix="kgm-i16-trace-", dir=where)
         os.close(fd)
 
     def __enter__(self):
@@ -238,7 +239,7 @@ class _Trace:
                        and p[2].strip() in ("Sync", "Query"))
 
 
-async def test_prefetch_round_trips_before_and_after(database, store):
+async def test_prefetch_round_trips_before_and_after(database, store, tmp_path):
     """A new session's first turn with 8 sub-queries: before, one memory_search each (8 round
     trips for the sub-queries); now one memory_search_many.  The whole turn is redeem +
     admit + search_many = 3 round trips."""
@@ -249,17 +250,17 @@ async def test_prefetch_round_trips_before_and_after(database, store):
             pooled = conn
         pooled.prepare_threshold = None
         queries = [vec(q) for q in QUERIES]
-        with _Trace(pooled) as before:
+        with _Trace(pooled, tmp_path) as before:
             for q in queries:
                 await single.search(key, gen, q)
-        with _Trace(pooled) as after:
+        with _Trace(pooled, tmp_path) as after:
             await single.search_many(key, gen, queries)
         assert (before.round_trips(), after.round_trips()) == (8, 1)
 
         h = build(single)
         sentences = " ".join(f"Sentence number {i} is about {q} and more things." for i, q in
                              enumerate(QUERIES))
-        with _Trace(pooled) as turn:
+        with _Trace(pooled, tmp_path) as turn:
             out = await h.turn(sentences, key=key)
         assert out and h.embedder.items == 8
         assert turn.round_trips() == 3  # redeem, admit, search_many

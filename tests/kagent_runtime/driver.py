@@ -29,15 +29,18 @@ Usage: ``python driver.py patched|unpatched`` with ``KGM_TEST_DSN`` / ``KGM_TEST
 from __future__ import annotations
 
 import asyncio
+import atexit
 import collections
 import base64
 import json
 import logging
 import os
 import secrets
+import shutil
 import socket
 import struct
 import sys
+import tempfile
 import traceback
 import uuid
 from datetime import UTC, datetime, timedelta
@@ -330,6 +333,19 @@ class CompiledController:
             with psycopg.connect(self.admin_dsn, autocommit=True) as conn:
                 conn.execute("DELETE FROM memory_admission_bucket")
 
+_SCRATCH: list[str] = []
+
+
+def _scratch(prefix: str) -> str:
+    """A temporary directory (token files) removed when the driver exits."""
+    path = tempfile.mkdtemp(prefix=prefix)
+    _SCRATCH.append(path)
+    return path
+
+
+atexit.register(lambda: [shutil.rmtree(p, ignore_errors=True) for p in _SCRATCH])
+
+
 def make_key(mxid: str = "@alice:example.org", *, agent: str = AGENT,
              origin: OriginKind = OriginKind.NATIVE_LOCAL,
              room: str = "!control-a:example.org") -> ScopeKey:
@@ -410,15 +426,13 @@ class Harness:
         kagent_a2a.KagentMemoryService = recording(kagent_a2a.KagentMemoryService)
         if hasattr(kagent_a2a, "GovernedMemoryService"):
             kagent_a2a.GovernedMemoryService = recording(kagent_a2a.GovernedMemoryService)
-        import tempfile
-
         import kagent.adk._token as kagent_token
-        token_file = os.path.join(tempfile.mkdtemp(prefix="kgm-token-"), "kagent-token")
+        token_file = os.path.join(_scratch("kgm-token-"), "kagent-token")
         with open(token_file, "w") as f:
             f.write(POD_TOKEN + "\n")
         kagent_token.KAGENT_TOKEN_PATH = token_file
         # the translator's kagent-governed-memory-token mount, for the patched runtime
-        memory_token_file = os.path.join(tempfile.mkdtemp(prefix="kgm-memory-token-"), "token")
+        memory_token_file = os.path.join(_scratch("kgm-memory-token-"), "token")
         with open(memory_token_file, "w") as f:
             f.write(MEMORY_TOKEN + "\n")
         os.environ["KAGENT_MEMORY_TOKEN_FILE"] = memory_token_file

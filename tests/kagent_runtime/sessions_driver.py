@@ -40,7 +40,6 @@ import json
 import os
 import secrets
 import sys
-import tempfile
 import traceback
 import uuid
 from typing import Any
@@ -121,7 +120,7 @@ def _text(text: str) -> LlmResponse:
 
 def _pod_token_file() -> str:
     """The pod's projected token, where kagent's KAgentTokenService reads it."""
-    path = os.path.join(tempfile.mkdtemp(prefix="kgm-token-"), "kagent-token")
+    path = os.path.join(base._scratch("kgm-token-"), "kagent-token")
     with open(path, "w") as f:
         f.write(POD_TOKEN + "\n")
     return path
@@ -130,7 +129,7 @@ def _pod_token_file() -> str:
 def _memory_token_file() -> str:
     """The pod's governed memory token (audience kagent-governed-memory), where the patched
     runtime reads it (KAGENT_MEMORY_TOKEN_FILE)."""
-    path = os.path.join(tempfile.mkdtemp(prefix="kgm-memory-token-"), "token")
+    path = os.path.join(base._scratch("kgm-memory-token-"), "token")
     with open(path, "w") as f:
         f.write(base.MEMORY_TOKEN + "\n")
     return path
