@@ -57,8 +57,11 @@ async def test_recall_at_5_on_real_sentence_embeddings(database, model):
     server = minilm.EmbeddingServer(model)
     store = await open_store(database, policy)
     try:
+        # a real model on this machine's CPU: with both cores loaded one batch can take longer
+        # than the embedder's default 10 s, which is a deployment's budget, not this test's
         async with OpenAICompatibleEmbedder(server.url, "all-MiniLM-L6-v2",
-                                            dimension=minilm.DIMENSION) as embedder:
+                                            dimension=minilm.DIMENSION,
+                                            timeout=120.0) as embedder:
             keys = [make_key(f"@user{i}:example.org") for i in range(3)]
             facts = [f"The user {s} {o}." for s, o in itertools.product(SUBJECTS, OBJECTS)]
             stored: dict[int, tuple[list[str], np.ndarray]] = {}
