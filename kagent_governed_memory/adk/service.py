@@ -32,6 +32,7 @@ from ..request import RequestBinding, current_request
 from ..store import MAX_SEARCH_QUERIES
 from ..telemetry import SpanContentMode, check_adk_span_content
 from .recall import Recalled
+from .refusals import NOTICE_AUTHOR, log_refusal, notice_text
 from .summariser import summarise
 
 if TYPE_CHECKING:
@@ -103,7 +104,6 @@ class GovernedMemoryService(BaseMemoryService):
         # every exporter; "ignore" only when nothing exports telemetry at all.
         check_adk_span_content(span_content)
         self.span_content = span_content  # also applied per request (RunConfig.telemetry)
-        self._warned_no_binding = False
         self._unbound_tasks: weakref.WeakSet[asyncio.Task[Any]] = weakref.WeakSet()
 
     # -- the request path -----------------------------------------------------------------
@@ -124,11 +124,6 @@ class GovernedMemoryService(BaseMemoryService):
             self.metering.count(Operation.REQUEST, reason or "ok")
         elif binding is None:
             self.metering.count(Operation.REQUEST, ReasonCode.NO_BINDING)
-            if not self._warned_no_binding:
-                self._warned_no_binding = True
-                _log.warning("memory request without a binding reason=%s: wrap each request "
-                             "in memory_request(...) (kagent: the patched runtime does)",
-                             ReasonCode.NO_BINDING.value)
         if reason is not None:
             self._refused(operation, reason, scope)
             return reason
@@ -136,9 +131,10 @@ class GovernedMemoryService(BaseMemoryService):
         return Admitted(binding.assertion.key, binding.generation)  # type: ignore[arg-type]
 
     def _refused(self, operation: Operation, reason: ReasonCode, scope: str | None) -> None:
-        """One content-free INFO line per refused request: the reason code, the operation that
-        met it first and the opaque scope id (never text, user, room or token).  A request
-        without a binding is told apart by its asyncio task."""
+        """One content-free line per refused request: the reason code, the operation that met
+        it first and the opaque scope id (never text, user, room or token); the first of each
+        reason in the process is a WARNING naming the fix (``refusals``).  A request without a
+        binding is told apart by its asyncio task."""
         binding = current_request()
         if scope is None and binding is not None and binding.assertion is not None:
             scope = binding.assertion.key.opaque_id
@@ -152,8 +148,7 @@ class GovernedMemoryService(BaseMemoryService):
                 if task in self._unbound_tasks:
                     return
                 self._unbound_tasks.add(task)
-        _log.info("memory refused reason=%s operation=%s scope=%s", reason.value,
-                  operation.value, scope or "-")
+        log_refusal(operation, reason, scope)
 
     async def _check(self, binding: RequestBinding | None) -> ReasonCode | None:
         if binding is None:
@@ -424,7 +419,13 @@ class GovernedMemoryService(BaseMemoryService):
     async def search_memory(self, *, app_name: str, user_id: str, query: str
                             ) -> SearchMemoryResponse:
         del app_name, user_id  # attribution only; the key comes from the request binding
-        hits = await self.retrieve(query, explicit=True) or []
+        hits = await self.recall(query, explicit=True)
+        if not isinstance(hits, list):
+            # never an empty memory: google-adk's own load_memory shows this notice (content-free:
+            # the reason code only), so "no memory" is not mistaken for "nothing remembered"
+            return SearchMemoryResponse(memories=[MemoryEntry(
+                content=types.Content(role="model", parts=[types.Part(text=notice_text(hits))]),
+                author=NOTICE_AUTHOR, custom_metadata={"kgm.reason": hits.value})])
         return SearchMemoryResponse(memories=[_entry(h) for h in hits])
 
     async def add_memory(self, *, app_name: str, user_id: str, memories: Sequence[MemoryEntry],
