@@ -60,7 +60,7 @@ _FIXES: dict[ReasonCode, str] = {
     ReasonCode.DATABASE_ERROR: "the database failed the operation; its server log has the "
                                "SQLSTATE",
 }
-_DEFAULT_FIX = "see 'Why there is no memory' in docs/api.md"
+_DEFAULT_FIX = "see docs/refusals.md (why there is no memory)"
 
 _warned: set[ReasonCode] = set()
 _lock = threading.Lock()
