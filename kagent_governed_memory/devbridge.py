@@ -30,9 +30,9 @@ from typing import Self, cast
 
 import psycopg
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
-from psycopg.conninfo import conninfo_to_dict
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from ._embedded import DEV_MARKER
+from ._embedded import BRIDGE_ROLE, DEV_MARKER, OPERATOR_ROLE, OWNER_ROLE, RUNTIME_ROLE
 from ._logpin import pinned_dsn
 from .assertion import sign_scope_assertion, verify_scope_assertion
 from .control_room import ControlRoomCheck
@@ -56,7 +56,8 @@ from .repository import ControlRepository
 from .request import RequestBinding, memory_request
 from .store import GovernedMemoryStore
 
-__all__ = ["DEV_ISSUER", "DEV_POLICY", "ENABLE_ENV", "KAGENT_ENV", "DevBridge", "refusal"]
+__all__ = ["DEV_ISSUER", "DEV_POLICY", "ENABLE_ENV", "KAGENT_ENV", "DevBridge", "dev_database_at",
+           "refusal"]
 
 DEV_ISSUER = "urn:kagent-governed-memory:dev-bridge"
 ENABLE_ENV = "KGM_DEV_BRIDGE"
@@ -99,6 +100,24 @@ def _login_of(dsn: str) -> str:
     if not isinstance(user, str) or not user:
         raise InvalidInput(ReasonCode.DEV_BRIDGE_REFUSED, field="dev_bridge_database")
     return user
+
+
+def dev_database_at(dsn: str, local_server: str) -> DevDatabase:
+    """The logins of a running ``kagent-governed-memory dev-db`` from the DSN it printed
+    (``KGM_DSN``): the same socket and database with dev-db's fixed login names.  Whether it
+    is a dev-db database at all, ``DevBridge.open`` checks (the marker)."""
+    if not isinstance(dsn, str) or not dsn:
+        raise InvalidInput(ReasonCode.DEV_BRIDGE_REFUSED, field="dev_bridge_database")
+    try:
+        def as_login(user: str) -> str:
+            return make_conninfo(dsn, user=user)
+
+        return DevDatabase(dsn=dsn, operator_dsn=as_login(OPERATOR_ROLE),
+                           owner_dsn=as_login(OWNER_ROLE), admin_dsn="",
+                           local_server=local_server, runtime_dsn=as_login(RUNTIME_ROLE),
+                           bridge_dsn=as_login(BRIDGE_ROLE))
+    except psycopg.ProgrammingError:
+        raise InvalidInput(ReasonCode.DEV_BRIDGE_REFUSED, field="dev_bridge_database") from None
 
 
 class DevBridge:
