@@ -250,12 +250,13 @@ class DevMemoryPlugin(BasePlugin):
 
 def dev_app(root_agent: LlmAgent, *, agent: AgentIdentity, name: str | None = None,
             embedder: Embedder | None = None, summariser: BaseLlm | None = None,
-            plugins: Sequence[BasePlugin] = ()) -> App:
+            plugins: Sequence[BasePlugin] = (),
+            environ: Mapping[str, str] | None = None) -> App:
     """The ``App`` for an agent folder (``app = dev_app(root_agent, agent=...)`` in its
     ``agent.py``): governed memory installed into ``root_agent``
     (``configure_governed_memory``) and the development bridge's plugin.  ``name`` is the
-    folder's name (default: ``root_agent.name``)."""
-    dev = DevMemory(agent, embedder=embedder, summariser=summariser)
+    folder's name (default: ``root_agent.name``); ``environ`` replaces ``os.environ`` (tests)."""
+    dev = DevMemory(agent, embedder=embedder, summariser=summariser, environ=environ)
     configure_governed_memory(root_agent, dev.service)
     return App(name=name or root_agent.name, root_agent=root_agent,
                plugins=[*plugins, dev.plugin])
