@@ -203,16 +203,48 @@ def test_the_header_name_is_case_insensitive_and_removed():
     assert _take_assertion(SimpleNamespace(call_context=None)) is None  # type: ignore[arg-type]
 
 
-async def test_the_docs_example_runs_as_written(database, tmp_path):
-    await migrated(database)
+async def test_the_docs_example_runs_as_written(tmp_path):
     script = tmp_path / "byo_a2a.py"
     script.write_text(doc_example())
     env = {k: v for k, v in os.environ.items()
-           if k != "ADK_CAPTURE_MESSAGE_CONTENT_IN_SPANS"} | {"KGM_DSN": database.dsn}
+           if k not in ("ADK_CAPTURE_MESSAGE_CONTENT_IN_SPANS", "KGM_DSN")}
     done = await asyncio.to_thread(
         subprocess.run, [sys.executable, str(script)], capture_output=True, text=True,
         timeout=180, env=env, check=False, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
-    lines = done.stdout.splitlines()
-    assert any(line.startswith("saved:") for line in lines), done.stdout
-    assert "recalled in a new context: True" in lines, done.stdout
+    assert done.stdout.splitlines() == [
+        "saved: Saved.",
+        "answer: From memory: I prefer green tea.",
+        "recalled in a new context: True",
+    ], done.stdout
+
+
+def test_the_a2a_extra_has_the_adk_bounds_and_the_test_extra_pulls_it():
+    import tomllib
+
+    project = tomllib.loads((DOC.parent.parent / "pyproject.toml").read_text())["project"]
+    extras = project["optional-dependencies"]
+    [adk] = extras["adk"]
+    [a2a] = extras["a2a"]
+    assert a2a == adk.replace("google-adk", "google-adk[a2a]", 1)
+    [self_ref] = [r for r in extras["test"] if r.startswith("kagent-governed-memory[")]
+    assert "a2a" in re.findall(r"\w+", self_ref.split("[", 1)[1])
+
+
+_WITHOUT_A2A = """
+import sys
+sys.modules["a2a"] = None  # as if a2a-sdk (google-adk[a2a]) were not installed
+import kagent_governed_memory
+from kagent_governed_memory import GovernedMemoryService
+try:
+    from kagent_governed_memory import governed_a2a_app
+except ModuleNotFoundError as exc:
+    print(exc)
+"""
+
+
+def test_without_the_a2a_extra_the_error_says_how_to_get_it():
+    done = subprocess.run([sys.executable, "-c", _WITHOUT_A2A], capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "pip install 'kagent-governed-memory[a2a]'" in done.stdout, done.stdout
