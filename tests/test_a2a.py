@@ -215,7 +215,7 @@ async def test_the_docs_example_runs_as_written(tmp_path):
     assert done.stdout.splitlines() == [
         "saved: Saved.",
         "answer: From memory: I prefer green tea.",
-        "recalled in a new context: True",
+        "stored: ['I prefer green tea.']",
     ], done.stdout
 
 
