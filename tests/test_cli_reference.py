@@ -142,3 +142,11 @@ def test_the_reference_documents_exactly_the_real_commands():
     text = CLI_DOC.read_text(encoding="utf-8")
     for code in ("| 0 |", "| 1 |", "| 2 |", "| 3 |", "| 4 |", "| 130 |"):
         assert code in text, code
+
+
+def test_the_reference_lists_exactly_the_shipped_migrations():
+    shipped = {p.name.split(".")[0] for p in
+               (ROOT / "kagent_governed_memory" / "sql" / "migrations").glob("*.up.sql")}
+    listed = set(re.findall(r"^\| \d{6} \| `(\d{6}_\w+)` \|", CLI_DOC.read_text(encoding="utf-8"),
+                            re.MULTILINE))
+    assert listed == shipped, (sorted(listed ^ shipped))
