@@ -103,7 +103,8 @@ class ScriptedLlm(BaseLlm):
         responses = [p.function_response for p in (last.parts or []) if p.function_response] \
             if last else []
         if responses:
-            yield _text("tool said " + json.dumps(responses[0].response, sort_keys=True))
+            yield _text("tool said " + json.dumps(responses[0].response, sort_keys=True,
+                                                  default=_jsonable))
             return
         call = self.plan(text) if self.plan else None
         if call:
@@ -112,6 +113,13 @@ class ScriptedLlm(BaseLlm):
                 types.Part(function_call=types.FunctionCall(name=name, args=args))]))
             return
         yield _text(self.reply_text)
+
+
+def _jsonable(value: Any) -> Any:
+    """google-adk's own tools answer with pydantic models (e.g. LoadMemoryResponse)."""
+    if hasattr(value, "model_dump"):
+        return value.model_dump(mode="json")
+    raise TypeError(type(value).__name__)
 
 
 def _text(text: str) -> LlmResponse:

@@ -321,7 +321,8 @@ async def test_budget_exhausted_still_answers_the_chat(store, database):
     g = (await store.grant(key, purpose=PURPOSE)).generation
     await admission.admit(key, g, units=59)
     out = await h.turn("recall: tea", key=key)  # needs 2 units: refused before embedding
-    assert tool_result(out) == {"status": "unavailable", "reason": "budget_exhausted"}
+    assert tool_result(out) == {"status": "unavailable", "reason": "budget_exhausted",
+                               "message": "no memory: budget_exhausted"}
     assert h.embedder.calls == 0
 
 
@@ -492,8 +493,11 @@ async def test_adk_generic_api_uses_the_binding_not_user_id(store, database):
         again = await h.service.search_memory(app_name="x", user_id="y", query="alice's fact")
         assert again.memories == []
     assert physical_rows(database, bob) == 0
-    # outside any request binding the generic API has no memory at all
-    assert (await h.service.search_memory(app_name="x", user_id="y", query="q")).memories == []
+    # outside any request binding the generic API has no memory at all, and says so
+    [notice] = (await h.service.search_memory(app_name="x", user_id="y", query="q")).memories
+    assert notice.author == "kagent-governed-memory"
+    assert notice.custom_metadata == {"kgm.reason": "no_binding"}
+    assert notice.content.parts and notice.content.parts[0].text == "no memory: no_binding"
 
 
 async def test_service_refuses_a_foreign_agent_identity(store):

@@ -63,4 +63,5 @@ async def test_an_unavailable_recall_says_why(store, tmp_path):
     key = make_key()
     await h.turn("hello", key=key)
     out = await h.turn("recall: anything", key=key)
-    assert last_tool_result(out) == {"status": "unavailable", "reason": "consent_required"}
+    assert last_tool_result(out) == {"status": "unavailable", "reason": "consent_required",
+                                     "message": "no memory: consent_required"}

@@ -590,11 +590,11 @@ async def test_the_readmes_byo_agent_runs_in_kagent_mode(mode: Mode, tmp_path: A
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     monkeypatch.delenv("KGM_DSN", raising=False)
-    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    readme = (Path(__file__).parent.parent / "docs" / "modes.md").read_text()
     [snippet] = [b for b in re.findall(r"```python\n(.*?)```", readme, re.DOTALL)
                  if "KagentControllerStore.from_env()" in b]
     namespace: dict[str, Any] = {}
-    exec(compile(snippet, "README.md (kagent mode)", "exec"), namespace)  # noqa: S102
+    exec(compile(snippet, "docs/modes.md (kagent mode)", "exec"), namespace)  # noqa: S102
     try:
         model = ScriptedLlm(plan=save_plan, summaries=[])
         llm_agent = LlmAgent(name="assistant", model=model, instruction="You help the user.")

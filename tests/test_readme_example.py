@@ -1,4 +1,5 @@
-"""The README's agent-author example runs, offline, against the test database."""
+"""docs/adk.md's agent-author example (the production wiring: a bridge key, a signed assertion
+per request) runs, offline, against the test database, as written."""
 
 from __future__ import annotations
 
@@ -10,10 +11,12 @@ from pathlib import Path
 
 from conftest import migrated
 
+EXAMPLE_DOC = Path(__file__).parent.parent / "docs" / "adk.md"
+
 
 async def test_readme_adk_example_runs(database, tmp_path):
     await migrated(database)  # the operator's step, as the owner (README: database roles)
-    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    readme = EXAMPLE_DOC.read_text()
     blocks = re.findall(r"```python\n(.*?)```", readme, re.DOTALL)
     [example] = [b for b in blocks if "configure_governed_memory(agent, memory)" in b]
     script = tmp_path / "example.py"
@@ -28,7 +31,7 @@ async def test_readme_adk_example_runs(database, tmp_path):
 
 
 def _readme_example() -> str:
-    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    readme = EXAMPLE_DOC.read_text()
     blocks = re.findall(r"```python\n(.*?)```", readme, re.DOTALL)
     [example] = [b for b in blocks if "configure_governed_memory(agent, memory)" in b]
     return example

@@ -27,6 +27,7 @@ from kagent_governed_memory import (
     memory_request,
     public_keys_from_env,
 )
+from kagent_governed_memory.adk import refusals as refusals_module
 from kagent_governed_memory.controls import MemoryControls
 
 PURPOSE = "personal_preferences"
@@ -56,6 +57,14 @@ def refusals(caplog) -> list[str]:
             if r.name.startswith(LOGGER) and r.getMessage().startswith("memory refused")]
 
 
+@pytest.fixture(autouse=True)
+def first_refusals_unseen():
+    """Each test starts as a fresh process would: no reason refused yet."""
+    refusals_module._reset_for_tests()
+    yield
+    refusals_module._reset_for_tests()
+
+
 @pytest.fixture
 def sentinels() -> dict[str, str]:
     return {name: f"SENTINEL{name.upper()}{secrets.token_hex(6)}"
@@ -73,7 +82,7 @@ async def test_each_refusal_reason_is_in_the_tool_result_and_one_info_line(
 
     # a forgotten memory_request: no_binding, plus one WARNING naming the fix
     assert tool_result(await unbound_turn(h, f"recall: {q}")) == {
-        "reason": "no_binding", "status": "unavailable"}
+        "reason": "no_binding", "status": "unavailable", "message": "no memory: no_binding"}
     assert any("memory_request" in r.getMessage() and r.levelno == logging.WARNING
                for r in caplog.records if r.name.startswith(LOGGER))
     # no assertion in this request
@@ -136,10 +145,12 @@ async def test_embedding_failure_is_explained(store, database, caplog, sentinels
     key = make_key()
     await store.grant(key, purpose=PURPOSE)
     result = tool_result(await h.turn(f"recall: {sentinels['query']}", key=key))
-    assert result == {"reason": "embedding_failed", "status": "unavailable"}
+    assert result == {"reason": "embedding_failed", "status": "unavailable",
+                      "message": "no memory: embedding_failed"}
     # the first operation to meet it is the first turn's prefetch; one line for the request
-    assert [l for l in refusals(caplog) if "reason=embedding_failed" in l] == [
-        f"memory refused reason=embedding_failed operation=prefetch scope={key.opaque_id}"]
+    [line] = [l for l in refusals(caplog) if "reason=embedding_failed" in l]
+    assert line.startswith(
+        f"memory refused reason=embedding_failed operation=prefetch scope={key.opaque_id}")
     assert sentinels["query"] not in caplog.text
 
 
@@ -173,3 +184,62 @@ async def test_configuration_mistakes_raise_at_start_naming_the_fix(store, senti
     with pytest.raises(GovernanceError) as missing:
         public_keys_from_env()
     assert "KGM_ASSERTION_PUBLIC_KEYS" in _message(missing.value)
+
+
+async def test_the_first_refusal_of_each_reason_is_a_warning_that_names_the_fix(
+        store, caplog, sentinels):
+    """Python hides INFO by default: the first ``rate_limited`` (a scripted session's fourth
+    explicit operation under the prototype policy) must be visible and say which policy field
+    to raise; the next one of the same reason is INFO again."""
+    caplog.set_level(logging.INFO)
+    h = build(store, plan=save_plan)
+    key = make_key()
+    await store.grant(key, purpose=PURPOSE)
+    for i in range(3):
+        assert tool_result(await h.turn(f"remember: {sentinels['fact']} {i}", key=key))[
+            "status"] == "saved"
+    for _ in range(2):
+        assert tool_result(await h.turn(f"remember: {sentinels['fact']}", key=key))[
+            "reason"] == "rate_limited"
+    limited = [r for r in caplog.records if r.name.startswith(LOGGER)
+               and "reason=rate_limited" in r.getMessage()]
+    assert [r.levelno for r in limited] == [logging.WARNING, logging.INFO], limited
+    assert "explicit_burst" in limited[0].getMessage()
+    assert "policy register" in limited[0].getMessage()
+    assert "explicit_burst" not in limited[1].getMessage()
+    assert sentinels["fact"] not in caplog.text and key.principal.mxid not in caplog.text
+
+
+async def test_adks_own_load_memory_says_no_memory_and_why(store, caplog):
+    """An agent that kept google-adk's own ``load_memory`` (no configure_governed_memory) on
+    the governed service: a refusal is a notice, never an empty memory."""
+    from google.adk.agents import LlmAgent
+    from google.adk.runners import Runner
+    from google.adk.sessions import InMemorySessionService
+    from google.adk.tools import load_memory
+
+    from adk_support import ScriptedLlm
+
+    model = ScriptedLlm(plan=lambda text: ("load_memory", {"query": text}))
+    service = GovernedMemoryService(store, agent=AGENT, embedder=HashingEmbedder())
+    agent = LlmAgent(name="assistant", model=model, tools=[load_memory])
+    runner = Runner(app_name=AGENT.app_name, agent=agent,
+                    session_service=InMemorySessionService(), memory_service=service)
+    key = make_key()  # no consent
+    s = await runner.session_service.create_session(app_name=AGENT.app_name, user_id="u")
+    out = []
+    from adk_support import ISSUER, PUBLIC_KEYS
+
+    with memory_request(sign(key, session="adk-own"), public_keys=PUBLIC_KEYS, issuer=ISSUER,
+                        agent=AGENT, context_id=context_id("adk-own")):
+        async for event in runner.run_async(
+                user_id="u", session_id=s.id,
+                new_message=types.Content(role="user", parts=[types.Part(text="what?")])):
+            for part in (event.content.parts if event.content and event.content.parts else []):
+                if part.text:
+                    out.append(part.text)
+    said = tool_result(out)["result"]  # google-adk wraps a non-dict answer
+    assert "memories" in said, said
+    [memory] = said["memories"]
+    assert memory["author"] == "kagent-governed-memory"
+    assert memory["content"]["parts"][0]["text"] == "no memory: consent_required"

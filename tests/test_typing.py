@@ -50,8 +50,16 @@ PROBE = textwrap.dedent('''
 ''')
 
 
-def readme_snippets() -> list[str]:
-    return re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.DOTALL)
+DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+
+def readme_snippets() -> list[tuple[str, str]]:
+    """(``file:N``, code) of every ```python block in the README and in docs/."""
+    out = []
+    for doc in DOCUMENTS:
+        blocks = re.findall(r"```python\n(.*?)```", doc.read_text(), re.DOTALL)
+        out += [(f"{doc.relative_to(ROOT)}:{n}", b) for n, b in enumerate(blocks, 1)]
+    return out
 
 
 def as_module(snippet: str) -> str:
@@ -71,12 +79,13 @@ def test_string_literals_match_the_enums() -> None:
 
 def test_mypy_strict_on_the_package_and_the_readme(tmp_path: Path) -> None:
     snippets = readme_snippets()
-    assert len(snippets) >= 2, "README.md: the ```python blocks were not found"
-    files = []
-    for i, snippet in enumerate(snippets, 1):
-        path = tmp_path / f"readme_snippet_{i}.py"
+    assert len(snippets) >= 2, "README.md, docs/: the ```python blocks were not found"
+    files, names = [], []
+    for i, (where, snippet) in enumerate(snippets, 1):
+        path = tmp_path / f"doc_snippet_{i}.py"
         path.write_text(as_module(snippet))
         files.append(str(path))
+        names.append(f"doc_snippet_{i}.py = {where}")
     (tmp_path / "typing_probe.py").write_text(PROBE)
     files.append(str(tmp_path / "typing_probe.py"))
     done = subprocess.run(
@@ -87,6 +96,6 @@ def test_mypy_strict_on_the_package_and_the_readme(tmp_path: Path) -> None:
     )
     errors = [line for line in done.stdout.splitlines() if ": error:" in line]
     assert done.returncode == 0 and not errors, (
-        f"mypy --strict (exit {done.returncode}): {len(errors)} error(s); README snippet N is "
-        f"README.md's Nth ```python block\n" + (done.stdout + done.stderr)[-6000:]
+        f"mypy --strict (exit {done.returncode}): {len(errors)} error(s); snippets: "
+        + "; ".join(names) + "\n" + (done.stdout + done.stderr)[-6000:]
     )

@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any, cast
 
 from google.adk.memory.base_memory_service import BaseMemoryService, SearchMemoryResponse
 from google.adk.memory.memory_entry import MemoryEntry
-from google.genai import types
 
 from .._validate import _check_fact
 from ..admission import Admission
@@ -32,6 +31,9 @@ from ..request import RequestBinding, current_request
 from ..store import MAX_SEARCH_QUERIES
 from ..telemetry import SpanContentMode, check_adk_span_content
 from .recall import Recalled
+from .binding import check_binding
+from .entries import entry_text, memory_entry, notice_entry
+from .refusals import log_refusal
 from .summariser import summarise
 
 if TYPE_CHECKING:
@@ -103,7 +105,6 @@ class GovernedMemoryService(BaseMemoryService):
         # every exporter; "ignore" only when nothing exports telemetry at all.
         check_adk_span_content(span_content)
         self.span_content = span_content  # also applied per request (RunConfig.telemetry)
-        self._warned_no_binding = False
         self._unbound_tasks: weakref.WeakSet[asyncio.Task[Any]] = weakref.WeakSet()
 
     # -- the request path -----------------------------------------------------------------
@@ -124,11 +125,6 @@ class GovernedMemoryService(BaseMemoryService):
             self.metering.count(Operation.REQUEST, reason or "ok")
         elif binding is None:
             self.metering.count(Operation.REQUEST, ReasonCode.NO_BINDING)
-            if not self._warned_no_binding:
-                self._warned_no_binding = True
-                _log.warning("memory request without a binding reason=%s: wrap each request "
-                             "in memory_request(...) (kagent: the patched runtime does)",
-                             ReasonCode.NO_BINDING.value)
         if reason is not None:
             self._refused(operation, reason, scope)
             return reason
@@ -136,9 +132,10 @@ class GovernedMemoryService(BaseMemoryService):
         return Admitted(binding.assertion.key, binding.generation)  # type: ignore[arg-type]
 
     def _refused(self, operation: Operation, reason: ReasonCode, scope: str | None) -> None:
-        """One content-free INFO line per refused request: the reason code, the operation that
-        met it first and the opaque scope id (never text, user, room or token).  A request
-        without a binding is told apart by its asyncio task."""
+        """One content-free line per refused request: the reason code, the operation that met
+        it first and the opaque scope id (never text, user, room or token); the first of each
+        reason in the process is a WARNING naming the fix (``refusals``).  A request without a
+        binding is told apart by its asyncio task."""
         binding = current_request()
         if scope is None and binding is not None and binding.assertion is not None:
             scope = binding.assertion.key.opaque_id
@@ -152,49 +149,10 @@ class GovernedMemoryService(BaseMemoryService):
                 if task in self._unbound_tasks:
                     return
                 self._unbound_tasks.add(task)
-        _log.info("memory refused reason=%s operation=%s scope=%s", reason.value,
-                  operation.value, scope or "-")
+        log_refusal(operation, reason, scope)
 
     async def _check(self, binding: RequestBinding | None) -> ReasonCode | None:
-        if binding is None:
-            return ReasonCode.NO_BINDING
-        if binding.assertion is None:
-            return binding.reason or ReasonCode.ASSERTION_MISSING
-        a = binding.assertion
-        if a.agent != self.agent:
-            return ReasonCode.AGENT_MISMATCH
-        if binding.room_id is not None and binding.room_id != a.room_id:
-            return ReasonCode.SCOPE_MISMATCH
-        if set(a.audience) != {self.store.local_server}:
-            return ReasonCode.AUDIENCE_DENIED
-        key = a.key
-        try:
-            key.require_servable(self.store.local_server)
-        except GovernanceError as exc:
-            return exc.reason
-        async with binding.lock:
-            if binding.assertion is None:  # an operation queued before us failed to redeem
-                return binding.reason or ReasonCode.ASSERTION_MISSING
-            if not binding.captured:
-                # Final for the request, whatever happens: the jti was (or may have been)
-                # redeemed, so a retry could only be refused as replayed, or wait out a
-                # stalled controller again for every later operation of the turn.  Marked
-                # before the call, so a cancelled redemption is not tried again either.
-                binding.captured = True
-                try:
-                    # One round trip: the jti is redeemed (single use, T1) and the generation
-                    # captured, only for the classification and output audience the consent
-                    # was given for (ADR decision 6; both signed into the assertion)
-                    binding.generation = await self.store.redeem(a)
-                except GovernanceError as exc:
-                    binding.assertion, binding.reason = None, exc.reason
-                    return exc.reason
-                except BaseException:
-                    binding.assertion, binding.reason = None, ReasonCode.STORE_UNAVAILABLE
-                    raise
-        if binding.generation is None:
-            return ReasonCode.CONSENT_REQUIRED
-        return None
+        return await check_binding(binding, agent=self.agent, store=self.store)
 
     async def _admit(self, who: Admitted, operation: Operation, *, units: int,
                      explicit: bool = False) -> bool:
@@ -424,13 +382,15 @@ class GovernedMemoryService(BaseMemoryService):
     async def search_memory(self, *, app_name: str, user_id: str, query: str
                             ) -> SearchMemoryResponse:
         del app_name, user_id  # attribution only; the key comes from the request binding
-        hits = await self.retrieve(query, explicit=True) or []
-        return SearchMemoryResponse(memories=[_entry(h) for h in hits])
+        hits = await self.recall(query, explicit=True)
+        if not isinstance(hits, list):  # never an empty memory (entries.notice_entry)
+            return SearchMemoryResponse(memories=[notice_entry(hits)])
+        return SearchMemoryResponse(memories=[memory_entry(h) for h in hits])
 
     async def add_memory(self, *, app_name: str, user_id: str, memories: Sequence[MemoryEntry],
                          custom_metadata: Mapping[str, object] | None = None) -> None:
         del app_name, user_id, custom_metadata
-        facts = [_text(m.content) for m in memories]
+        facts = [entry_text(m.content) for m in memories]
         await self.save_facts([f for f in facts if f], explicit=True)
 
     async def add_session_to_memory(self, session: Session) -> None:
@@ -481,20 +441,6 @@ def _retrieve_outcome(task: asyncio.Task[Any]) -> None:
 
 def _type_name(name: str) -> str:
     return name if name.isidentifier() and len(name) <= 64 else "Exception"
-
-
-def _entry(record: MemoryRecord) -> MemoryEntry:
-    return MemoryEntry(
-        id=record.id,
-        content=types.Content(role="user", parts=[types.Part(text=record.text)]),
-        timestamp=record.created_at.isoformat(),
-    )
-
-
-def _text(content: types.Content | None) -> str:
-    if content is None or not content.parts:
-        return ""
-    return " ".join(p.text for p in content.parts if p.text).strip()
 
 
 def _bounded_query(query: object, max_bytes: int) -> str:

@@ -13,6 +13,7 @@ from google.adk.tools.base_tool import BaseTool
 from google.genai import types
 
 from .callbacks import make_autosave_callback, make_turn_start_callback
+from .refusals import notice_text
 
 if TYPE_CHECKING:
     from google.adk.agents.llm_agent import LlmAgent
@@ -70,7 +71,7 @@ class GovernedLoadMemoryTool(BaseTool):
         query = args.get("query")  # a missing or non-string query: no memory (invalid_text)
         hits = await self._service.recall(query if isinstance(query, str) else "", explicit=True)
         if not isinstance(hits, list):
-            return {"status": "unavailable", "reason": hits.value}
+            return {"status": "unavailable", "reason": hits.value, "message": notice_text(hits)}
         self._service.recalled.put(tool_context.invocation_id, hits)
         return {"status": "ok", "count": len(hits), "ids": [h.id for h in hits],
                 "note": "the recalled facts are in your instructions for this turn"}
