@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import zipfile
 from pathlib import Path
 
@@ -30,6 +32,16 @@ def test_the_built_wheel_installs_into_a_fresh_venv_and_runs_the_demo(tmp_path):
     env = {k: v for k, v in os.environ.items()
            if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME") and not k.startswith("KGM_")}
     env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
+    # the new installation's root-safe pg_ctl wrapper and the demo's cluster go here, removed
+    # below (short: the demo's Unix socket path must stay under 108 bytes)
+    env["TMPDIR"] = scratch = tempfile.mkdtemp(prefix="kgm-inst-")
+    try:
+        _install_and_run_the_demo(tmp_path, env)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _install_and_run_the_demo(tmp_path: Path, env: dict[str, str]) -> None:
     outside = tmp_path / "elsewhere"
     outside.mkdir()
     dist = tmp_path / "dist"
