@@ -51,7 +51,8 @@ def _install_and_run_the_demo(tmp_path: Path, env: dict[str, str]) -> None:
 
     names = set(zipfile.ZipFile(wheel).namelist())
     assert "kagent_governed_memory/py.typed" in names
-    shipped = {Path(n).name for n in names if n.startswith("kagent_governed_memory/sql/migrations/")}
+    shipped = {Path(n).name for n in names
+               if n.startswith("kagent_governed_memory/sql/migrations/")}
     in_repo = {p.name for p in MIGRATIONS.glob("*.sql")}
     assert in_repo and shipped == in_repo  # every up and down migration, nothing else
     assert "kagent_governed_memory/sql/queries.sql" in names
