@@ -248,3 +248,33 @@ def test_without_the_a2a_extra_the_error_says_how_to_get_it():
                           timeout=120, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "pip install 'kagent-governed-memory[a2a]'" in done.stdout, done.stdout
+
+
+async def test_the_readme_block_serves_governed_memory(database, monkeypatch):
+    """The README's bring-your-own block, as written: its ``build_app`` with the bridge's public
+    key in KGM_ASSERTION_PUBLIC_KEYS, served on loopback, saves in one context and recalls in
+    a new one."""
+    from kagent_governed_memory import public_key_pem
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    [block] = [b for b in re.findall(r"```python\n(.*?)```", readme, re.DOTALL)
+               if "def build_app(" in b]
+    namespace: dict[str, Any] = {}
+    exec(compile(block, "README.md (A2A)", "exec"), namespace)  # noqa: S102
+    monkeypatch.setenv("KGM_ASSERTION_PUBLIC_KEYS", public_key_pem(BRIDGE_KEY).decode())
+    assert ISSUER == "https://bridge.example.org"  # the block's issuer
+    await migrated(database)
+    store = await open_store(database)
+    model = ScriptedLlm(plan=save_plan)
+    app = namespace["build_app"](store, model)
+    key = make_key()
+    await store.grant(key, purpose="personal_preferences")
+    async with serving(app) as url, httpx.AsyncClient(trust_env=False) as client:
+        first, second = f"ctx-{uuid.uuid4().hex}", f"ctx-{uuid.uuid4().hex}"
+        _, texts = await send(client, url, "remember: I prefer green tea", context_id=first,
+                              token=bridge_sign(key, first))
+        assert any('"status": "saved"' in t for t in texts), texts
+        before = len(model.requests)
+        await send(client, url, "recall: tea", context_id=second, token=bridge_sign(key, second))
+        assert any("I prefer green tea" in _request_text(r) for r in model.requests[before:])
+    await store.close()
