@@ -87,6 +87,7 @@ from .telemetry import (
 
 if TYPE_CHECKING:  # real types for the lazily imported names below
     from .adk import GovernedMemoryService, configure_governed_memory
+    from .adk.a2a import governed_a2a_app
 
 # The version's single definition: the build backend reads it from here (pyproject.toml,
 # [tool.hatch.version]).
@@ -96,6 +97,8 @@ __version__ = "0.1.0"
 # ``import kagent_governed_memory`` (it is heavy, and the store, CLI and bridge-side code do not
 # need it).
 _ADK_NAMES = {"GovernedMemoryService", "configure_governed_memory"}
+# and these on first use of google-adk's A2A support (the ``a2a`` extra)
+_A2A_NAMES = {"governed_a2a_app"}
 
 
 def __getattr__(name: str) -> object:
@@ -103,6 +106,10 @@ def __getattr__(name: str) -> object:
         from . import adk
 
         return getattr(adk, name)
+    if name in _A2A_NAMES:
+        from .adk import a2a
+
+        return getattr(a2a, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -172,6 +179,7 @@ __all__ = [
     "configure_governed_memory",
     "dev_database",
     "generate_private_key",
+    "governed_a2a_app",
     "install_content_free_logging",
     "load_private_key",
     "load_public_keys",

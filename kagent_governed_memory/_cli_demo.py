@@ -31,7 +31,7 @@ async def run_dev_db(args: argparse.Namespace) -> int:
     try:
         async with dev_database(local_server=args.local_server, data_dir=args.data_dir) as db:
             if args.json:
-                print(json.dumps({"dsn": db.dsn, "owner_dsn": db.owner_dsn,
+                print(json.dumps({"ok": True, "dsn": db.dsn, "owner_dsn": db.owner_dsn,
                                   "operator_dsn": db.operator_dsn, "admin_dsn": db.admin_dsn,
                                   "local_server": db.local_server,
                                   "data_dir": str(db.data_dir) if db.data_dir else None,

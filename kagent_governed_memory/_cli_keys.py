@@ -1,14 +1,5 @@
 """``kagent-governed-memory keys``: the bridge's Ed25519 signing key and the public keys that
-runtimes and the controller verify with.  Prints public material only; the private key goes to
-a file created with mode 0600 (never to stdout).
-
-    keys generate --out bridge.pem           # bridge only; prints the kid and the public PEM
-    keys public-key --private bridge.pem     # the public half, PEM (or --jwks)
-    keys jwks old-public.pem new-public.pem  # one JWK Set of several public keys (rotation)
-
-The same with openssl: ``openssl genpkey -algorithm ed25519 -out bridge.pem`` and
-``openssl pkey -in bridge.pem -pubout``.
-"""
+runtimes and the controller verify with (see ``KEYS_HELP``)."""
 
 from __future__ import annotations
 
@@ -18,6 +9,7 @@ import os
 import sys
 from pathlib import Path
 
+from ._cli_text import EXIT_CODES_POINTER
 from .errors import GovernanceError
 from .keys import (
     generate_private_key,
@@ -33,24 +25,29 @@ __all__ = ["add_key_commands"]
 
 EXIT_OK, EXIT_USAGE = 0, 2
 
+KEYS_HELP = """\
+Prints public material only; the private key goes to a file created with mode 0600 (never
+to stdout).
 
-_EXIT_CODES = """\
-exit codes:
-  0  done
-  2  usage: a missing or unreadable key file, an existing --out, two keys with one kid"""
+  keys generate --out bridge.pem           # bridge only; prints the kid and the public PEM
+  keys public-key --private bridge.pem     # the public half, PEM (or --jwks)
+  keys jwks old-public.pem new-public.pem  # one JWK Set of several public keys (rotation)
+
+The same with openssl: openssl genpkey -algorithm ed25519 -out bridge.pem, and
+openssl pkey -in bridge.pem -pubout."""
 
 
 def add_key_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     def command(parent: argparse._SubParsersAction, name: str, summary: str,  # type: ignore[type-arg]
                 details: str = "") -> argparse.ArgumentParser:
         parser: argparse.ArgumentParser = parent.add_parser(
-            name, help=summary, epilog=_EXIT_CODES,
+            name, help=summary, epilog=EXIT_CODES_POINTER,
             description=f"{summary}.\n\n{details}".rstrip(),
             formatter_class=argparse.RawDescriptionHelpFormatter)
         return parser
 
     keys = command(sub, "keys", "the bridge's signing key and the verifiers' public keys",
-                   __doc__.split("\n\n", 1)[1])
+                   KEYS_HELP)
     cmds = keys.add_subparsers(dest="keys_command", required=True)
     gen = command(cmds, "generate", "a new Ed25519 private key for the bridge (0600 file)",
                   "Writes the private PEM to --out (never stdout) and prints the public PEM.")

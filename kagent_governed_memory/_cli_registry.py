@@ -1,14 +1,5 @@
-"""``kagent-governed-memory policy …`` and ``login …``: what an operator registers.
-
-    policy register --file policy.json [--dimensions 768,1024]   # a MemoryPolicy as JSON
-    policy allow --version V [--namespace NS [--agent NAME]]      # who may consent under it
-    policy disallow --version V [--namespace NS [--agent NAME]]
-    login register-runtime --login L --namespace NS --agent NAME  # an agent runtime's login
-    login register-verifier --login L                             # a login that verifies itself
-    login unregister --login L
-
-``--dsn`` is an OPERATOR login (a member of kagent_memory_operator) or the owner.
-"""
+"""``kagent-governed-memory policy …`` and ``login …``: what an operator registers (see
+``REGISTRY_HELP``)."""
 
 from __future__ import annotations
 
@@ -18,12 +9,26 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from ._cli_text import EXIT_OK, EXIT_USAGE, CliError, emit
+from ._cli_text import EXIT_CODES_POINTER, EXIT_OK, EXIT_USAGE, CliError, emit
 from .errors import InvalidInput
 from .identity import AgentIdentity
 from .policy import MemoryPolicy
 
 __all__ = ["add_registry_commands"]
+
+REGISTRY_HELP = """\
+What an operator registers: the memory policies agents may consent under, and the database
+logins of agent runtimes and verifiers.
+
+  policy register --file policy.json [--dimensions 768,1024]   # a MemoryPolicy as JSON
+  policy allow --version V [--namespace NS [--agent NAME]]      # who may consent under it
+  policy disallow --version V [--namespace NS [--agent NAME]]
+  login register-runtime --login L --namespace NS --agent NAME  # an agent runtime's login
+  login register-verifier --login L                             # a login that verifies itself
+  login unregister --login L
+
+--dsn is an OPERATOR login (a member of kagent_memory_operator; dev-db's kgm_operator) or
+the owner."""
 
 Command = Callable[..., argparse.ArgumentParser]
 Runner = Callable[[Callable[[Any, argparse.Namespace], Awaitable[int]]],
@@ -33,7 +38,7 @@ Runner = Callable[[Callable[[Any, argparse.Namespace], Awaitable[int]]],
 def add_registry_commands(sub: argparse._SubParsersAction, command: Command,  # type: ignore[type-arg]
                           common: argparse.ArgumentParser, with_store: Runner) -> None:
     policy = sub.add_parser("policy", help="register and allow memory policies (operator)",
-                            description=__doc__,
+                            description=REGISTRY_HELP, epilog=EXIT_CODES_POINTER,
                             formatter_class=argparse.RawDescriptionHelpFormatter)
     psub = policy.add_subparsers(dest="policy_command", required=True)
     reg = command(psub, "register", "register a policy version",
@@ -57,7 +62,7 @@ def add_registry_commands(sub: argparse._SubParsersAction, command: Command,  # 
         p.set_defaults(handler=with_store(fn))
 
     login = sub.add_parser("login", help="register database logins (operator)",
-                           description=__doc__,
+                           description=REGISTRY_HELP, epilog=EXIT_CODES_POINTER,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
     lsub = login.add_subparsers(dest="login_command", required=True)
     rt = command(lsub, "register-runtime", "let an agent runtime's login serve one agent",

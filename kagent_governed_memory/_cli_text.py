@@ -1,5 +1,5 @@
-"""Shared pieces of the console script: exit codes, errors (plain or ``--json``), output, and
-the text forms of times (ISO 8601 with zone) and durations (``7 days``)."""
+"""Shared pieces of the console script: help texts, exit codes, errors (plain or ``--json``),
+output, and the text forms of times (ISO 8601 with zone) and durations (``7 days``)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import sys
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-__all__ = ["EXIT_CODES_HELP", "EXIT_CONFIGURATION", "EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_OK",
-           "EXIT_UNAVAILABLE", "EXIT_USAGE", "CliError", "emit", "fail", "human_duration",
-           "human_value", "timestamp"]
+__all__ = ["DESCRIPTION", "EXIT_CODES_HELP", "EXIT_CODES_POINTER", "EXIT_CONFIGURATION",
+           "EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_UNAVAILABLE", "EXIT_USAGE",
+           "CliError", "emit", "fail", "human_duration", "human_value", "timestamp"]
 
 # Stable: scripts and CronJobs branch on these.
 EXIT_OK = 0  # done; verify/offboard: every invariant holds, every erasure verified
@@ -21,18 +21,28 @@ EXIT_UNAVAILABLE = 3  # database unreachable, schema missing or outdated (retry,
 EXIT_CONFIGURATION = 4  # the database refused this login or this role may not do it
 EXIT_INTERRUPTED = 130  # Ctrl-C
 
+# Help texts are plain text (argparse prints them as they are): no reST markup.
+DESCRIPTION = """\
+kagent-governed-memory: operator commands, a development database and the demo.
+Output is content-free except the demo subject's own inspect page.
+Each command's own help: kagent-governed-memory COMMAND --help."""
+
+# The one exit-code table: the top-level --help; every command's help points here.
 EXIT_CODES_HELP = """\
-exit codes:
+exit codes (every command):
   0  done (verify/offboard: every invariant holds, every erasure verified)
   1  a check failed: an invariant violated or an erasure not verified
-  2  usage: bad or missing arguments, an unparsable DSN
+  2  usage: bad or missing arguments, an unparsable DSN; keys: a missing or unreadable
+     key file, an existing --out, two keys with one kid
   3  unavailable: database unreachable, schema missing or outdated, no embedded PostgreSQL
   4  configuration: the database refused the login (password, unknown role or database) or
-     the role is wrong for the command (an application login cannot migrate; an owner or
-     superuser login cannot serve) or --local-server differs from the database's
+     the role is wrong for the command (an application login cannot migrate; offboard,
+     unblock, policy and login need an operator login; an owner or superuser login cannot
+     serve) or --local-server differs from the database's
 130  interrupted
-With --json, an error is one JSON object on stdout: {"ok": false, "error": <reason code>,
-"message": ..., "exit_code": ...}."""
+With --json, success is one JSON object on stdout with "ok": true; an error is one JSON
+object on stdout: {"ok": false, "error": <reason code>, "message": ..., "exit_code": ...}."""
+EXIT_CODES_POINTER = "exit codes: see kagent-governed-memory --help"
 
 
 class CliError(Exception):
@@ -57,7 +67,10 @@ def fail(args: argparse.Namespace | None, code: int, error: str, message: str) -
 
 
 def emit(args: argparse.Namespace, payload: dict[str, Any], human: str) -> None:
-    print(json.dumps(payload, default=str, sort_keys=True) if args.json else human)
+    """A command's result: ``human`` text, or (``--json``) ``payload`` as one JSON object with
+    ``"ok": true`` unless the payload says otherwise (verify, offboard)."""
+    body = {"ok": True} | payload
+    print(json.dumps(body, default=str, sort_keys=True) if args.json else human)
 
 
 def timestamp(value: datetime) -> str:

@@ -7,6 +7,7 @@ on the host, and no user is created and no directory permission is loosened.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import shutil
@@ -18,8 +19,9 @@ from importlib.util import find_spec
 from pathlib import Path
 from typing import Any, Self
 
-__all__ = ["APP_ROLE", "DEV_MARKER", "OWNER_ROLE", "EmbeddedPostgres", "mark_dev_database", "pg_bin_dir", "pg_ctl_executable",
-           "prepare_app_database", "wrapper_path"]
+__all__ = ["APP_ROLE", "DEV_MARKER", "OWNER_ROLE", "EmbeddedPostgres", "mark_dev_database",
+           "pg_bin_dir", "pg_ctl_executable", "prepare_app_database", "socket_dir_for",
+           "wrapper_path"]
 
 _NOBODY = 65534
 SERVICE_ROLE = "kagent_memory_service"
@@ -37,6 +39,8 @@ APP_DATABASE = "kgm"
 # What dev-db writes on its database (COMMENT ON DATABASE, as the superuser): the development
 # bridge refuses any database without it.  Readable by every login (shobj_description).
 DEV_MARKER = "kagent-governed-memory dev-db"
+_SOCKET_NAME = ".s.PGSQL.5432"  # the server's socket file in its socket directory (-k), port 5432
+_SUN_PATH_MAX = 107  # sizeof(sockaddr_un.sun_path) - 1 on Linux: the longest socket path
 
 
 class EmbeddedUnavailable(RuntimeError):
@@ -92,6 +96,20 @@ def wrapper_path(real_pg_ctl: Path) -> Path:
     digest = hashlib.sha256(
         f"{sys.prefix}\0{real_pg_ctl.resolve()}".encode()).hexdigest()[:16]
     return Path(tempfile.gettempdir()) / f"kgm-pg-ctl-{os.getuid()}-{digest}" / "pg_ctl"
+
+
+def socket_dir_for(data_dir: Path) -> Path:
+    """The socket directory of a kept cluster: the same on every start, so the printed
+    ``KGM_DSN`` stays valid.  ``data_dir`` itself (private: PostgreSQL keeps it 0700) when the
+    socket's path fits the Unix socket limit and needs no quoting in a DSN; else a private
+    directory in the temp dir keyed by this uid and the data directory's real path."""
+    data_dir = data_dir.absolute()
+    text = str(data_dir)
+    if (len(os.fsencode(text)) + 1 + len(_SOCKET_NAME) <= _SUN_PATH_MAX
+            and not any(c.isspace() or c in "'\\" for c in text)):
+        return data_dir
+    digest = hashlib.sha256(os.fsencode(data_dir.resolve())).hexdigest()[:16]
+    return Path(tempfile.gettempdir()) / f"kgm-pg-sock-{os.getuid()}-{digest}"
 
 
 def _private_dir(path: Path) -> None:
@@ -196,8 +214,9 @@ class EmbeddedPostgres:
     """Initialise and start a private cluster on a Unix socket; ``stop()`` removes it.
 
     With ``data_dir`` the cluster lives there and is kept by ``stop()``: the next start with
-    the same directory reuses its roles, database and rows (the socket and the server log are
-    always in a fresh temporary directory).
+    the same directory reuses its roles, database and rows, on the same socket
+    (:func:`socket_dir_for`), so its DSNs do not change.  Without it the socket is in a fresh
+    temporary directory, removed by ``stop()``; the server log always is.
     """
 
     def __init__(self, data_dir: str | os.PathLike[str] | None = None) -> None:
@@ -214,8 +233,6 @@ class EmbeddedPostgres:
 
     def start(self) -> Self:
         self._root = Path(tempfile.mkdtemp(prefix="kgm-pg-"))
-        sock = self._root / "sock"
-        sock.mkdir()
         data = self.data_dir or self._root / "data"
         fresh = not (data / "PG_VERSION").exists()
         try:
@@ -225,6 +242,9 @@ class EmbeddedPostgres:
                         f"{data} is neither empty nor a PostgreSQL data directory")
                 self._run("initdb", "-D", str(data), "-s",
                           "-o", "-U postgres --auth=trust -E UTF8 --no-locale")
+            sock = socket_dir_for(data) if self.data_dir else self._root / "sock"
+            if sock != data:
+                _private_dir(sock)
             # a throwaway cluster need not survive a crash; a kept one must
             durability = "" if self.data_dir else " -c fsync=off"
             self._run("start", "-D", str(data), "-w", "-s", "-l", str(self._root / "server.log"),
@@ -265,6 +285,10 @@ class EmbeddedPostgres:
         finally:
             shutil.rmtree(self._root, ignore_errors=True)
             self._root = None
+            sock = socket_dir_for(self.data_dir) if self.data_dir else None
+            if sock is not None and sock != self.data_dir:  # the stable one in the temp dir
+                with contextlib.suppress(OSError):
+                    sock.rmdir()  # only when empty: the server removed its socket
 
     def _run(self, *args: str) -> None:
         done = subprocess.run([self._pg_ctl, *args], capture_output=True, timeout=120, check=False)

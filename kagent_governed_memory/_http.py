@@ -96,6 +96,11 @@ class TokenSource:
         self._file = None if token is not None else Path(token_file or default_token_file())
         self._cached: tuple[tuple[int, int, int], str] | None = None
 
+    @property
+    def source(self) -> str:
+        """Where the token comes from: ``token_file`` or ``token`` (an error's ``field``)."""
+        return "token_file" if self._file is not None else "token"
+
     def get(self) -> str:
         if isinstance(self._token, str):
             return _usable(self._token)
@@ -166,8 +171,9 @@ class Transport:
         Nothing raised here keeps the request (its token, assertion or facts) in its message,
         its chain or this frame's locals."""
         token = self._tokens.get()
-        if not token:
-            raise InvalidInput(ReasonCode.UNAUTHENTICATED, operation=operation, field="token")
+        if not token:  # nothing to send: say which source failed (the file, or token=)
+            raise InvalidInput(ReasonCode.UNAUTHENTICATED, operation=operation,
+                               field=self._tokens.source)
         sent = {**self._headers, **(headers or {}), "Authorization": f"Bearer {token}"}
         content = _json(body)
         del token, body
@@ -183,7 +189,8 @@ class Transport:
             except GovernanceError as exc:
                 failed = exc
             except Exception:  # noqa: BLE001 - a timeout, or anything httpx raised: its text stays
-                failed = StoreUnavailable(ReasonCode.STORE_UNAVAILABLE, operation=operation)
+                failed = StoreUnavailable(ReasonCode.STORE_UNAVAILABLE, operation=operation,
+                                          field="controller")
         del sent, content
         ms = (time.perf_counter() - started) * 1000
         if failed is not None:
@@ -217,7 +224,8 @@ class Transport:
             if not retry or attempt + 1 == _ATTEMPTS:
                 break
             await asyncio.sleep(0.1 * 2**attempt)
-        raise StoreUnavailable(ReasonCode.STORE_UNAVAILABLE, operation=operation)
+        raise StoreUnavailable(ReasonCode.STORE_UNAVAILABLE, operation=operation,
+                               field="controller")
 
     async def _exchange(self, url: str, headers: dict[str, str], content: bytes
                         ) -> tuple[int, bytes]:

@@ -17,7 +17,9 @@ from ._cli_demo import run_demo, run_dev_db
 from ._cli_keys import add_key_commands
 from ._cli_registry import add_registry_commands
 from ._cli_text import (
+    DESCRIPTION,
     EXIT_CODES_HELP,
+    EXIT_CODES_POINTER,
     EXIT_CONFIGURATION,
     EXIT_FAILED,
     EXIT_INTERRUPTED,
@@ -50,6 +52,11 @@ _CONFIGURATION = frozenset({
     ReasonCode.FORBIDDEN, ReasonCode.CONTROLLER_ERROR, ReasonCode.ROLE_NOT_PERMITTED,
     ReasonCode.CALLER_ROLE_MISSING, ReasonCode.POLICY_NOT_REGISTERED, ReasonCode.POLICY_MISMATCH})
 _UNAVAILABLE = frozenset({ReasonCode.STORE_UNAVAILABLE, ReasonCode.SCHEMA_OUTDATED})
+# An operator command (offboard, unblock, policy, login) run with a login that is no operator.
+_NOT_AN_OPERATOR = frozenset({ReasonCode.ROLE_NOT_PERMITTED, ReasonCode.PERMISSION_DENIED})
+_OPERATOR_LOGIN = ("this login may not run this command: use an operator login (a member of "
+                   "kagent_memory_operator, e.g. dev-db's kgm_operator, printed as 'operator') "
+                   "or the owner as --dsn")
 
 
 def exit_code(reason: ReasonCode) -> int:
@@ -103,16 +110,15 @@ def main(argv: list[str] | None = None) -> int:
 def _command(sub: argparse._SubParsersAction, name: str, summary: str, details: str,  # type: ignore[type-arg]
              parents: list[argparse.ArgumentParser]) -> argparse.ArgumentParser:
     parser: argparse.ArgumentParser = sub.add_parser(
-        name, parents=parents, help=summary, epilog=EXIT_CODES_HELP,
+        name, parents=parents, help=summary, epilog=EXIT_CODES_POINTER,
         description=f"{summary}.\n\n{textwrap.fill(details, 78)}".rstrip(),
         formatter_class=argparse.RawDescriptionHelpFormatter)
     return parser
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="kagent-governed-memory", description=__doc__,
-                                epilog=EXIT_CODES_HELP,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = _Parser(prog="kagent-governed-memory", description=DESCRIPTION, epilog=EXIT_CODES_HELP,
+                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--version", action="version", version=__version__)
     server = argparse.ArgumentParser(add_help=False)
     server.add_argument("--local-server", default=None,
@@ -143,12 +149,16 @@ def _parser() -> argparse.ArgumentParser:
     demo.set_defaults(handler=run_demo)
     dev = _command(sub, "dev-db", "run a local development database until Ctrl-C",
                    "Starts the embedded PostgreSQL 18 + pgvector, migrates it as the owner for "
-                   "--local-server, prints `export KGM_DSN=...` (the EXECUTE-only application "
+                   "--local-server, prints export KGM_DSN=... (the EXECUTE-only application "
                    "login) and the operator/owner DSNs, and stops cleanly on Ctrl-C or SIGTERM. "
-                   "Trust authentication on a private socket: development only.", [server])
+                   "With --data-dir the socket, and so every DSN, is the same on every run: "
+                   "export KGM_DSN once. Trust authentication on a private socket: "
+                   "development only.", [server])
     dev.add_argument("--data-dir", type=Path, default=None,
-                     help="keep the cluster in this directory and reuse it next time "
-                     "(default: a temporary directory, deleted when stopped)")
+                     help="keep the cluster in this directory and reuse it next time, on the "
+                     "same socket (in the directory, or a private one in the temp directory "
+                     "when its path is too long for a Unix socket) (default: a temporary "
+                     "directory, deleted when stopped)")
     dev.set_defaults(handler=run_dev_db)
     migrate_cmd = _command(sub, "migrate", "apply the SQL migrations",
                            "--dsn is the OWNER role (the trust root), never the application's "
@@ -187,16 +197,20 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _principal_args(p: argparse.ArgumentParser, *, required: bool = False) -> None:
-    p.add_argument("--principal", required=required, help="complete MXID")
+    p.add_argument("--principal", required=required,
+                   help="the principal's complete Matrix ID, e.g. @alice:example.org")
     p.add_argument("--origin", default=OriginKind.NATIVE_LOCAL.value,
-                   choices=[o.value for o in OriginKind])
+                   choices=[o.value for o in OriginKind],
+                   help="how the principal reached the bridge (default: native_local, a user "
+                   "of the local homeserver); the same MXID with another origin is another "
+                   "principal")
 
 
 def _key_args(p: argparse.ArgumentParser) -> None:
     _principal_args(p)
-    p.add_argument("--namespace")
-    p.add_argument("--agent")
-    p.add_argument("--room", help="control room ID")
+    p.add_argument("--namespace", help="the agent's Kubernetes namespace, e.g. kagent")
+    p.add_argument("--agent", help="the agent's name (the kagent Agent resource's name)")
+    p.add_argument("--room", help="the scope's control room ID, e.g. !room:example.org")
 
 
 def _check_dsn(args: argparse.Namespace) -> None:
@@ -245,9 +259,15 @@ def _with_store(
                 return await fn(bridge, args)
         _check_dsn(args)
         await _probe_login(args.dsn)
-        async with await GovernedMemoryStore.open(args.dsn, local_server=args.local_server,
-                                                  sweep_every=None, privileged=privileged) as s:
-            return await fn(s, args)
+        try:
+            async with await GovernedMemoryStore.open(args.dsn, local_server=args.local_server,
+                                                      sweep_every=None,
+                                                      privileged=privileged) as s:
+                return await fn(s, args)
+        except GovernanceError as exc:
+            if privileged and exc.reason in _NOT_AN_OPERATOR:
+                raise CliError(EXIT_CONFIGURATION, exc.reason.value, _OPERATOR_LOGIN) from None
+            raise
 
     return run
 

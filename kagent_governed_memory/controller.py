@@ -163,12 +163,15 @@ class KagentControllerStore(_Client):
         ``KAGENT_MEMORY_LOCAL_SERVER``, ``KAGENT_NAMESPACE``, ``KAGENT_NAME`` and the projected
         token file."""
         env = os.environ if environ is None else environ
-        url = env.get("KAGENT_MEMORY_URL", "")
-        if not url:
-            raise InvalidInput(ReasonCode.NOT_CONFIGURED, field="controller_url")
-        agent = AgentIdentity(namespace=env.get("KAGENT_NAMESPACE", ""),
-                              name=env.get("KAGENT_NAME", ""))
-        return cls(url, agent=agent, local_server=env.get("KAGENT_MEMORY_LOCAL_SERVER", ""), **kw)
+        values = {}
+        for name in ("KAGENT_MEMORY_URL", "KAGENT_NAMESPACE", "KAGENT_NAME",
+                     "KAGENT_MEMORY_LOCAL_SERVER"):  # each missing setting names itself
+            values[name] = env.get(name, "").strip()
+            if not values[name]:
+                raise InvalidInput(ReasonCode.NOT_CONFIGURED, field=name)
+        agent = AgentIdentity(namespace=values["KAGENT_NAMESPACE"], name=values["KAGENT_NAME"])
+        return cls(values["KAGENT_MEMORY_URL"], agent=agent,
+                   local_server=values["KAGENT_MEMORY_LOCAL_SERVER"], **kw)
 
     def __repr__(self) -> str:
         return f"KagentControllerStore(agent={self.agent.namespace}/{self.agent.name})"

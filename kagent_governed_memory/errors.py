@@ -221,8 +221,9 @@ _DEFAULT_HINT: dict[ReasonCode, str] = {
     ReasonCode.BUDGET_EXHAUSTED: "the scope's hourly budget of memory work is spent; it refills "
     "over the hour (MemoryPolicy.scope_ops_per_hour)",
     ReasonCode.UNAUTHENTICATED: "the controller did not accept this caller's ServiceAccount "
-    "token: the pod needs kagent's projected token (audience kagent, mounted at "
-    "/var/run/secrets/tokens/kagent-token) or token=/token_file= naming one",
+    "token: an agent pod needs its projected token with audience kagent-governed-memory "
+    "(mounted at /var/run/secrets/kagent-governed-memory/token, or $KAGENT_MEMORY_TOKEN_FILE), "
+    "the bridge its own ServiceAccount's token (token_file=, or --token-file)",
     ReasonCode.FORBIDDEN: "the controller refused this caller for this route: agent runtimes "
     "call the runtime routes for their own Agent, the bridge (a ServiceAccount listed in "
     "--governed-memory-bridge-service-accounts) the control routes",
@@ -286,6 +287,48 @@ _FIELD_HINT: dict[str, str] = {
 }
 
 
+# Where one reason has several real causes, the cause named by ``field=``: what to do about it
+# (checked before the reason's and the field's own hints).  Fixed text only.
+_CAUSE_HINT: dict[tuple[ReasonCode, str], str] = {
+    # kagent mode (issue 26): each missing setting of KagentControllerStore.from_env() names itself
+    (ReasonCode.NOT_CONFIGURED, "KAGENT_MEMORY_URL"): "KAGENT_MEMORY_URL is not set: it is the "
+    "controller's governed memory URL, http(s)://<controller>:<port> (kagent sets it for a "
+    "governed Agent's pod, e.g. http://kagent-controller.kagent:8085)",
+    (ReasonCode.NOT_CONFIGURED, "KAGENT_NAMESPACE"): "KAGENT_NAMESPACE is not set: it is the "
+    "namespace of the Agent this runtime serves (kagent sets it in the agent's pod)",
+    (ReasonCode.NOT_CONFIGURED, "KAGENT_NAME"): "KAGENT_NAME is not set: it is the name of the "
+    "Agent this runtime serves (kagent sets it in the agent's pod)",
+    (ReasonCode.NOT_CONFIGURED, "KAGENT_MEMORY_LOCAL_SERVER"): "KAGENT_MEMORY_LOCAL_SERVER is not "
+    "set: it is the local Matrix homeserver's name, e.g. example.org (the same as the bridge's)",
+    (ReasonCode.UNAUTHENTICATED, "token_file"): "the ServiceAccount token file could not be read "
+    "(missing, unreadable, not a regular file, empty, or not a token), so nothing was sent to the "
+    "controller: an agent pod mounts its projected token with audience kagent-governed-memory at "
+    "/var/run/secrets/kagent-governed-memory/token (or names the file in "
+    "$KAGENT_MEMORY_TOKEN_FILE); the bridge passes token_file= (CLI: --token-file)",
+    (ReasonCode.UNAUTHENTICATED, "token"): "the token given (token=, a string or a callable) is "
+    "empty, failed, or is not a printable token, so nothing was sent to the controller",
+    # keys from the environment (public_keys_from_env / private_key_from_env): the setting the
+    # caller named is the error's ``setting=``
+    (ReasonCode.NOT_CONFIGURED, "public_keys_env"): "the variable named by setting= is not "
+    "set: give it the bridge's public keys (PEM, JWK or JWK Set: `kagent-governed-memory keys "
+    "public-key`), or give its _FILE variant a file that holds them",
+    (ReasonCode.INVALID_ARGUMENT, "public_keys_env"): "the variable named by setting= and its "
+    "_FILE variant are both set: set exactly one of the two",
+    (ReasonCode.INVALID_ARGUMENT, "public_keys_file"): "the public keys file that the variable "
+    "named by setting= points to could not be read (missing, unreadable or a directory)",
+    (ReasonCode.NOT_CONFIGURED, "private_key_env"): "the variable named by setting= is not "
+    "set: give it the bridge's Ed25519 private key (`kagent-governed-memory keys generate --out "
+    "bridge.pem`), or give its _FILE variant that file's path",
+    (ReasonCode.INVALID_ARGUMENT, "private_key_env"): "the variable named by setting= and its "
+    "_FILE variant are both set: set exactly one of the two",
+    (ReasonCode.INVALID_ARGUMENT, "private_key_file"): "the private key file that the variable "
+    "named by setting= points to could not be read (missing, unreadable or a directory)",
+    (ReasonCode.STORE_UNAVAILABLE, "controller"): "the kagent controller could not be reached, or "
+    "did not answer in time: check its URL (KAGENT_MEMORY_URL; CLI: --controller), that it runs "
+    "with governed memory on and listens on that port (default 8085); retry later",
+}
+
+
 class GovernanceError(Exception):
     """Base of every error the library raises; content-free by construction.
 
@@ -308,7 +351,9 @@ class GovernanceError(Exception):
 
     def _render(self) -> str:
         text = self.reason.value
-        hint = _DEFAULT_HINT.get(self.reason) or _FIELD_HINT.get(self.ids.get("field", ""))
+        field = self.ids.get("field", "")
+        hint = (_CAUSE_HINT.get((self.reason, field)) or _DEFAULT_HINT.get(self.reason)
+                or _FIELD_HINT.get(field))
         if hint:
             text += f": {hint}"
         if self.ids:

@@ -217,10 +217,21 @@ def private_key_from_env(name: str = PRIVATE_KEY_ENV) -> Ed25519PrivateKey:
 
 
 def _env(name: str, field: str) -> str | bytes | Path:
+    # errors name the setting the caller asked for (e.g. KAGENT_MEMORY_SCOPE_PUBLIC_KEYS), never
+    # its value or the file's path
     value, path = os.environ.get(name), os.environ.get(name + "_FILE")
-    if bool(value) == bool(path):  # exactly one of the two
-        raise _bad(field)
-    return Path(path) if path else (value or "").encode("utf-8")
+    if not value and not path:
+        raise InvalidInput(ReasonCode.NOT_CONFIGURED, field=f"{field}_env", setting=name)
+    if value and path:  # exactly one of the two
+        raise InvalidInput(ReasonCode.INVALID_ARGUMENT, field=f"{field}_env", setting=name)
+    if path:
+        try:
+            with open(path, "rb") as f:
+                return f.read(MAX_KEY_SOURCE_BYTES + 1)
+        except OSError:
+            raise InvalidInput(ReasonCode.INVALID_ARGUMENT, field=f"{field}_file",
+                               setting=name + "_FILE") from None
+    return (value or "").encode("utf-8")
 
 
 def _read(source: Any, field: str) -> bytes:

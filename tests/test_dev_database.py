@@ -3,8 +3,11 @@ root-safe ``pg_ctl`` wrapper it runs through, keyed by installation."""
 
 from __future__ import annotations
 
+import json
 import os
+import signal
 import stat
+import subprocess
 import sys
 from pathlib import Path
 
@@ -112,3 +115,69 @@ async def test_a_data_dir_that_is_not_postgresql_is_refused(tmp_path):
         async with dev_database(data_dir=tmp_path):
             pass
     assert (tmp_path / "notes.txt").read_text() == "mine"
+
+
+def _dev_db_dsn(data_dir: Path) -> tuple[dict, subprocess.Popen]:
+    """Start ``dev-db --data-dir`` and read the DSNs it prints; the caller stops it."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kagent_governed_memory", "dev-db", "--data-dir", str(data_dir),
+         "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    if not line:
+        proc.wait(timeout=60)
+        raise AssertionError(proc.stderr.read()[-2000:] if proc.stderr else "no output")
+    return json.loads(line), proc
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=120) == 0
+
+
+def test_dev_db_with_a_data_dir_prints_the_same_dsn_every_run(tmp_path):
+    """`export KGM_DSN=…` from the first run still works for the second (issue 26)."""
+    data_dir = tmp_path / "pg"
+    first, proc = _dev_db_dsn(data_dir)
+    try:
+        with psycopg.connect(first["dsn"]) as conn:
+            assert conn.execute("SELECT current_user").fetchone() == ("kgm_app",)
+    finally:
+        _stop(proc)
+    second, proc = _dev_db_dsn(data_dir)
+    try:
+        assert second["applied"] == [] and second["dsn"] == first["dsn"]
+        assert second["operator_dsn"] == first["operator_dsn"]
+        # in the data directory (or, were its path too long, a stable private one)
+        assert f"host={_embedded.socket_dir_for(data_dir)} " in second["dsn"]
+        with psycopg.connect(second["dsn"]) as conn:
+            assert conn.execute("SELECT current_user").fetchone() == ("kgm_app",)
+    finally:
+        _stop(proc)
+    assert not list(data_dir.glob(".s.PGSQL.*"))  # the server removed its socket on stop
+
+
+def test_a_data_dir_too_long_for_a_socket_gets_a_stable_private_one(tmp_path):
+    long_dir = tmp_path / ("d" * 60) / ("e" * 40) / "pg"
+    sock = _embedded.socket_dir_for(long_dir)
+    assert sock == _embedded.socket_dir_for(long_dir)  # stable
+    assert sock != _embedded.socket_dir_for(tmp_path / ("d" * 60) / ("e" * 40) / "pg2")
+    assert len(str(sock / ".s.PGSQL.5432")) <= 107 and str(os.getuid()) in sock.name
+    spaced = tmp_path / "my data"
+    assert _embedded.socket_dir_for(spaced) != spaced  # a DSN would need quoting
+    assert _embedded.socket_dir_for(tmp_path / "pg") == tmp_path / "pg"
+
+
+async def test_a_long_data_dir_runs_on_its_private_socket_and_removes_it(tmp_path):
+    long_dir = tmp_path / ("d" * 60) / ("e" * 40) / "pg"
+    sock = _embedded.socket_dir_for(long_dir)
+    dsns = []
+    for _ in range(2):
+        async with dev_database(data_dir=long_dir) as db:
+            dsns.append(db.dsn)
+            assert stat.S_IMODE(os.stat(sock).st_mode) == 0o700
+            assert os.stat(sock).st_uid == os.getuid()
+            with psycopg.connect(db.dsn) as conn:
+                assert conn.execute("SELECT 1").fetchone() == (1,)
+        assert not sock.exists()  # removed on stop, made again on the next start
+    assert dsns[0] == dsns[1] and f"host={sock} " in dsns[0]

@@ -54,7 +54,9 @@ DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 
 
 def readme_snippets() -> list[tuple[str, str]]:
-    """(``file:N``, code) of every ```python block in the README and in docs/."""
+    """(``file:N``, code) of every ```python block in the README and in docs/: those are
+    complete programs or notebook cells a reader pastes; reference fragments (docs/api.md) are
+    fenced ```py and not checked."""
     out = []
     for doc in DOCUMENTS:
         blocks = re.findall(r"```python\n(.*?)```", doc.read_text(), re.DOTALL)
