@@ -219,7 +219,9 @@ class DevBridge:
         if isinstance(reply, ForgetReply):
             state = "verified" if reply.receipt.verified else "NOT verified"
             entry = text.split()[-1] if text.split() else "?"
-            return f"forgot {entry}: {state}" if reply.receipt.deleted else f"forgot {entry}: not found"
+            if not reply.receipt.deleted:
+                return f"forgot {entry}: not found"
+            return f"forgot {entry}: {state}"
         if isinstance(reply, StatusReply):
             s = reply.status
             if not s.enabled:
