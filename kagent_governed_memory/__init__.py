@@ -19,6 +19,7 @@ from .control_room import (
 )
 from .controller import KagentBridgeStore, KagentControllerStore
 from .controls import MemoryControls, parse_memory_command, recheck_before_send
+from .devbridge import DEV_ISSUER, DevBridge
 from .devdb import DevDatabase, EmbeddedUnavailable, dev_database
 from .embedding import Embedder, HashingEmbedder, OpenAICompatibleEmbedder
 from .errors import (
@@ -69,7 +70,7 @@ from .models import (
     StoreReport,
 )
 from .otel_logs import ContentFreeLogRecordProcessor
-from .policy import PROTOTYPE_POLICY, MemoryPolicy
+from .policy import DEV_POLICY, PROTOTYPE_POLICY, MemoryPolicy
 from .repository import (
     ControlRepository,
     MemoryRepository,
@@ -114,6 +115,8 @@ def __getattr__(name: str) -> object:
 
 __all__ = [
     "ASSERTION_HEADER",
+    "DEV_ISSUER",
+    "DEV_POLICY",
     "EMBEDDING_DIMENSION",
     "PROTOTYPE_POLICY",
     "SERVICE_ROLE",
@@ -128,6 +131,7 @@ __all__ = [
     "ControlRepository",
     "ControlRoomCheck",
     "ControlRoomState",
+    "DevBridge",
     "DevDatabase",
     "EmbeddedUnavailable",
     "Embedder",

@@ -19,8 +19,9 @@ from importlib.util import find_spec
 from pathlib import Path
 from typing import Any, Self
 
-__all__ = ["APP_ROLE", "OWNER_ROLE", "EmbeddedPostgres", "pg_bin_dir", "pg_ctl_executable",
-           "prepare_app_database", "socket_dir_for", "wrapper_path"]
+__all__ = ["APP_ROLE", "DEV_MARKER", "OWNER_ROLE", "EmbeddedPostgres", "mark_dev_database",
+           "pg_bin_dir", "pg_ctl_executable", "prepare_app_database", "socket_dir_for",
+           "wrapper_path"]
 
 _NOBODY = 65534
 SERVICE_ROLE = "kagent_memory_service"
@@ -35,6 +36,9 @@ BRIDGE_ROLE = "kgm_bridge"  # the bridge's login (member of kagent_memory_bridge
 # the kagent controller's serving login: runtime + bridge + operator (not the deprecated service)
 CONTROLLER_ROLE = "kgm_controller"
 APP_DATABASE = "kgm"
+# What dev-db writes on its database (COMMENT ON DATABASE, as the superuser): the development
+# bridge refuses any database without it.  Readable by every login (shobj_description).
+DEV_MARKER = "kagent-governed-memory dev-db"
 _SOCKET_NAME = ".s.PGSQL.5432"  # the server's socket file in its socket directory (-k), port 5432
 _SUN_PATH_MAX = 107  # sizeof(sockaddr_un.sun_path) - 1 on Linux: the longest socket path
 
@@ -182,6 +186,19 @@ def prepare_app_database(admin_dsn: str, database: str, template: str = "") -> N
             conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
 
 
+def mark_dev_database(admin_dsn: str, database: str) -> None:
+    """Write :data:`DEV_MARKER` on ``database`` (the superuser ``admin_dsn``): only dev-db's
+    own cluster is marked, never a database ``prepare_app_database`` made elsewhere."""
+    import psycopg
+    from psycopg import sql
+
+    from ._logpin import pinned_dsn
+
+    with psycopg.connect(pinned_dsn(admin_dsn), autocommit=True) as conn:
+        conn.execute(sql.SQL("COMMENT ON DATABASE {} IS {}").format(
+            sql.Identifier(database), sql.Literal(DEV_MARKER)))
+
+
 def _grant_signal_backend(conn: Any) -> None:
     """The owner may end a governed login's backend that holds a withdrawal's locks (migration
     000013, docs/database-roles.md): ``pg_signal_backend``, granted once by the superuser."""
@@ -209,6 +226,8 @@ class EmbeddedPostgres:
         self.dsn = ""  # the application: a member of kagent_memory_service
         self.operator_dsn = ""  # also a member of kagent_memory_operator: offboarding
         self.controller_dsn = ""  # the kagent controller's: runtime + bridge + operator
+        self.runtime_dsn = ""  # an agent runtime's login (kagent_memory_runtime)
+        self.bridge_dsn = ""  # the bridge's login (kagent_memory_bridge)
         self.owner_dsn = ""  # the schema owner: migrations only
         self.admin_dsn = ""  # the superuser, same database
 
@@ -244,6 +263,7 @@ class EmbeddedPostgres:
                 with psycopg.connect(f"{base} user=postgres dbname=postgres",
                                      autocommit=True) as conn:
                     _grant_signal_backend(conn)
+            mark_dev_database(f"{base} user=postgres dbname=postgres", APP_DATABASE)
         except BaseException:
             self.stop()
             raise
@@ -252,6 +272,8 @@ class EmbeddedPostgres:
         self.dsn = f"{base} user={APP_ROLE} dbname={APP_DATABASE}"
         self.operator_dsn = f"{base} user={OPERATOR_ROLE} dbname={APP_DATABASE}"
         self.controller_dsn = f"{base} user={CONTROLLER_ROLE} dbname={APP_DATABASE}"
+        self.runtime_dsn = f"{base} user={RUNTIME_ROLE} dbname={APP_DATABASE}"
+        self.bridge_dsn = f"{base} user={BRIDGE_ROLE} dbname={APP_DATABASE}"
         return self
 
     def stop(self) -> None:

@@ -147,6 +147,14 @@ _FIELD_HINT: dict[str, str] = {
     "through KagentBridgeStore); cancel_autosaves(key) stops this runtime's pending saves",
     "classification": "classification and output_audience are checked when the runtime redeems "
     "its assertion; through the bridge API generation() reports the scope's consent only",
+    # the development bridge
+    "dev_bridge_enable": "the development bridge signs its own scope assertions and is for "
+    "local development only: enable it explicitly with KGM_DEV_BRIDGE=1 (or enable=True)",
+    "dev_bridge_kagent": "the development bridge never runs in kagent mode: unset "
+    "KAGENT_MEMORY_URL, KAGENT_NAME and KAGENT_NAMESPACE (and use a kgm+postgresql URI), or use "
+    "the real bridge there",
+    "dev_bridge_database": "the development bridge works only on a database "
+    "`kagent-governed-memory dev-db` (or dev_database()) created: start one and use its DSNs",
 }
 
 

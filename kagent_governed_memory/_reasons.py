@@ -109,3 +109,5 @@ class ReasonCode(StrEnum):
     UNAUTHENTICATED = "unauthenticated"
     FORBIDDEN = "forbidden"
     CONTROLLER_ERROR = "controller_error"
+    # the development bridge: refused unless enabled, outside kagent mode, on dev-db
+    DEV_BRIDGE_REFUSED = "dev_bridge_refused"

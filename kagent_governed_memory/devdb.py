@@ -19,6 +19,8 @@ from pathlib import Path
 
 from ._embedded import EmbeddedPostgres, EmbeddedUnavailable
 from .migrations import migrate
+from .policy import DEV_POLICY
+from .store import GovernedMemoryStore
 
 __all__ = ["DevDatabase", "EmbeddedUnavailable", "dev_database"]
 
@@ -33,7 +35,11 @@ class DevDatabase:
     * ``operator_dsn``: ``kgm_operator``, also a member of ``kagent_memory_operator``
       (``offboard``/``unblock``);
     * ``owner_dsn``: ``kgm_owner``, the schema owner (``migrate``) — the trust root;
-    * ``admin_dsn``: the superuser, for inspecting the tables in a notebook or test.
+    * ``admin_dsn``: the superuser, for inspecting the tables in a notebook or test;
+    * ``runtime_dsn``: ``kgm_runtime``, an agent runtime's login (``kagent_memory_runtime``);
+    * ``bridge_dsn``: ``kgm_bridge``, the bridge's login (``kagent_memory_bridge``).
+
+    The development policy (``DEV_POLICY``) is registered and allowed for every agent.
     """
 
     dsn: str
@@ -43,6 +49,8 @@ class DevDatabase:
     local_server: str
     data_dir: Path | None = None
     applied: tuple[int, ...] = ()  # migrations applied by this start (empty when kept data was current)
+    runtime_dsn: str = ""
+    bridge_dsn: str = ""
 
 
 @asynccontextmanager
@@ -58,9 +66,20 @@ async def dev_database(
     await asyncio.to_thread(server.start)
     try:
         applied = await migrate(server.owner_dsn, local_server=local_server)
+        await register_dev_policy(server.operator_dsn, local_server)
         yield DevDatabase(dsn=server.dsn, operator_dsn=server.operator_dsn,
                           owner_dsn=server.owner_dsn, admin_dsn=server.admin_dsn,
                           local_server=local_server, data_dir=server.data_dir,
-                          applied=tuple(applied))
+                          applied=tuple(applied), runtime_dsn=server.runtime_dsn,
+                          bridge_dsn=server.bridge_dsn)
     finally:
         await asyncio.to_thread(server.stop)
+
+
+async def register_dev_policy(operator_dsn: str, local_server: str) -> None:
+    """Register ``DEV_POLICY`` and allow it for every agent, with the operator login (an
+    unchanged policy is left as it is)."""
+    async with await GovernedMemoryStore.open(operator_dsn, local_server=local_server,
+                                              sweep_every=None, max_size=1) as operator:
+        await operator.register_policy(DEV_POLICY)
+        await operator.allow_policy(DEV_POLICY.version)

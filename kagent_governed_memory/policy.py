@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, model_validator
 
 from .errors import InvalidInput, ReasonCode
 
-__all__ = ["PROTOTYPE_POLICY", "MemoryPolicy"]
+__all__ = ["DEV_POLICY", "PROTOTYPE_POLICY", "MemoryPolicy"]
 
 _VERSION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
@@ -77,3 +77,8 @@ class MemoryPolicy(BaseModel):
 
 
 PROTOTYPE_POLICY = MemoryPolicy(version="adr0023-prototype-1")
+
+# The development policy (dev-db registers it, allowed for every agent; the development bridge
+# uses it): PROTOTYPE_POLICY's limits except the explicit-operation rate, which a scripted or
+# hand-typed dev session would exhaust at its 4th save or recall (burst 3).
+DEV_POLICY = MemoryPolicy(version="dev-1", explicit_ops_per_minute=60, explicit_burst=30)
