@@ -160,6 +160,9 @@ _FIELD_HINT: dict[str, str] = {
 
 # Where one reason has several real causes, the cause named by ``field=``: what to do about it
 # (checked before the reason's and the field's own hints).  Fixed text only.
+_BOTH_SET = "the variable named by setting= and its _FILE variant are both set: set exactly one"
+_FILE_UNREADABLE = ("file that the variable named by setting= points to could not be read "
+                    "(missing, unreadable or a directory)")
 _CAUSE_HINT: dict[tuple[ReasonCode, str], str] = {
     # kagent mode (issue 26): each missing setting of KagentControllerStore.from_env() names itself
     (ReasonCode.NOT_CONFIGURED, "KAGENT_MEMORY_URL"): "KAGENT_MEMORY_URL is not set: it is the "
@@ -183,17 +186,13 @@ _CAUSE_HINT: dict[tuple[ReasonCode, str], str] = {
     (ReasonCode.NOT_CONFIGURED, "public_keys_env"): "the variable named by setting= is not "
     "set: give it the bridge's public keys (PEM, JWK or JWK Set: `kagent-governed-memory keys "
     "public-key`), or give its _FILE variant a file that holds them",
-    (ReasonCode.INVALID_ARGUMENT, "public_keys_env"): "the variable named by setting= and its "
-    "_FILE variant are both set: set exactly one of the two",
-    (ReasonCode.INVALID_ARGUMENT, "public_keys_file"): "the public keys file that the variable "
-    "named by setting= points to could not be read (missing, unreadable or a directory)",
+    (ReasonCode.INVALID_ARGUMENT, "public_keys_env"): _BOTH_SET,
+    (ReasonCode.INVALID_ARGUMENT, "public_keys_file"): "the public keys " + _FILE_UNREADABLE,
     (ReasonCode.NOT_CONFIGURED, "private_key_env"): "the variable named by setting= is not "
     "set: give it the bridge's Ed25519 private key (`kagent-governed-memory keys generate --out "
     "bridge.pem`), or give its _FILE variant that file's path",
-    (ReasonCode.INVALID_ARGUMENT, "private_key_env"): "the variable named by setting= and its "
-    "_FILE variant are both set: set exactly one of the two",
-    (ReasonCode.INVALID_ARGUMENT, "private_key_file"): "the private key file that the variable "
-    "named by setting= points to could not be read (missing, unreadable or a directory)",
+    (ReasonCode.INVALID_ARGUMENT, "private_key_env"): _BOTH_SET,
+    (ReasonCode.INVALID_ARGUMENT, "private_key_file"): "the private key " + _FILE_UNREADABLE,
     (ReasonCode.STORE_UNAVAILABLE, "controller"): "the kagent controller could not be reached, or "
     "did not answer in time: check its URL (KAGENT_MEMORY_URL; CLI: --controller), that it runs "
     "with governed memory on and listens on that port (default 8085); retry later",
