@@ -1,0 +1,63 @@
+"""Attacks on the development bridge (issue 26): the dev-db marker forged by a login that owns
+a database, a ``DevDatabase`` whose logins point at different databases, a ``%`` in a
+refusal's fix sentence, one ADK user reaching the dev user's scope."""
+
+from __future__ import annotations
+
+import logging
+
+import psycopg
+import pytest
+from psycopg.conninfo import make_conninfo
+
+from kagent_governed_memory import (
+    AgentIdentity,
+    DevBridge,
+    DevDatabase,
+    InvalidInput,
+    ReasonCode,
+    dev_database,
+)
+from kagent_governed_memory._embedded import BRIDGE_ROLE, DEV_MARKER, RUNTIME_ROLE
+
+from conftest import LOCAL, migrated
+
+ME = AgentIdentity(namespace="dev", name="my-agent")
+
+
+def _conftest_dev_database(database) -> DevDatabase:
+    as_login = lambda user: make_conninfo(database.dsn, user=user)  # noqa: E731
+    return DevDatabase(dsn=database.dsn, operator_dsn=database.operator_dsn,
+                       owner_dsn=database.owner_dsn, admin_dsn=database.admin_dsn,
+                       local_server=LOCAL, runtime_dsn=as_login(RUNTIME_ROLE),
+                       bridge_dsn=as_login(BRIDGE_ROLE))
+
+
+async def test_a_marker_the_database_owner_wrote_is_not_dev_dbs(database):
+    """A non-superuser login that owns its database (kgm_owner here; in production often the
+    application's own login) can COMMENT ON DATABASE: the marker alone must not let the
+    development bridge onto that database."""
+    await migrated(database)
+    with psycopg.connect(database.owner_dsn, autocommit=True) as conn:
+        conn.execute(f"COMMENT ON DATABASE {conn.info.dbname} IS '{DEV_MARKER}'")
+    with pytest.raises(InvalidInput) as refused:
+        await DevBridge.open(_conftest_dev_database(database), agent=ME, enable=True)
+    assert refused.value.reason is ReasonCode.DEV_BRIDGE_REFUSED
+    assert refused.value.ids["field"] == "dev_bridge_database"
+    assert database.scalar("SELECT count(*) FROM memory_runtime_login") == 0
+
+
+@pytest.mark.parametrize("elsewhere", ["operator_dsn", "runtime_dsn"])
+async def test_every_login_must_reach_the_marked_database(database, elsewhere):
+    """The marker is read with the bridge's login; the operator login (which registers the
+    runtime login) and the runtime login must reach that same dev-db database, not another."""
+    await migrated(database)
+    other = _conftest_dev_database(database)
+    async with dev_database() as db:
+        mixed = DevDatabase(**{**{f: getattr(db, f) for f in (
+            "dsn", "operator_dsn", "owner_dsn", "admin_dsn", "local_server", "runtime_dsn",
+            "bridge_dsn")}, elsewhere: getattr(other, elsewhere)})
+        with pytest.raises(InvalidInput) as refused:
+            await DevBridge.open(mixed, agent=ME, enable=True)
+    assert refused.value.ids["field"] == "dev_bridge_database"
+    assert database.scalar("SELECT count(*) FROM memory_runtime_login") == 0
