@@ -61,3 +61,22 @@ async def test_every_login_must_reach_the_marked_database(database, elsewhere):
             await DevBridge.open(mixed, agent=ME, enable=True)
     assert refused.value.ids["field"] == "dev_bridge_database"
     assert database.scalar("SELECT count(*) FROM memory_runtime_login") == 0
+
+
+def test_a_percent_sign_in_a_fix_sentence_cannot_break_or_feed_the_refusal_line(monkeypatch,
+                                                                                 caplog):
+    """The fix sentence is pasted into the WARNING's format string: a ``%`` in it (e.g. "100%",
+    "%s") must render literally, not consume the line's arguments or raise."""
+    from kagent_governed_memory.adk import refusals
+    from kagent_governed_memory.metering import Operation
+
+    refusals._reset_for_tests()
+    monkeypatch.setitem(refusals._FIXES, ReasonCode.RATE_LIMITED, "raise it by 100%s or %(x)s")
+    caplog.set_level(logging.INFO, logger="kagent_governed_memory.adk")
+    try:
+        refusals.log_refusal(Operation.RETRIEVE, ReasonCode.RATE_LIMITED, "scope-1")
+    finally:
+        refusals._reset_for_tests()
+    [record] = [r for r in caplog.records if r.name == "kagent_governed_memory.adk"]
+    assert record.getMessage().endswith("raise it by 100%s or %(x)s")
+    assert "reason=rate_limited operation=" in record.getMessage()
