@@ -80,3 +80,58 @@ def test_a_percent_sign_in_a_fix_sentence_cannot_break_or_feed_the_refusal_line(
     [record] = [r for r in caplog.records if r.name == "kagent_governed_memory.adk"]
     assert record.getMessage().endswith("raise it by 100%s or %(x)s")
     assert "reason=rate_limited operation=" in record.getMessage()
+
+
+async def _turns(dev, *turns: tuple[str, str]) -> list[str]:
+    """Each (ADK user id, message) in its own session of one Runner with ``dev``'s plugin."""
+    from google.adk.agents import LlmAgent
+    from google.adk.apps import App
+    from google.adk.runners import Runner
+    from google.adk.sessions import InMemorySessionService
+    from google.genai import types
+
+    from kagent_governed_memory.adk import configure_governed_memory
+    from kagent_governed_memory.testing import ScriptedModel
+
+    agent = LlmAgent(name="my_agent", model=ScriptedModel(), instruction="Be helpful.")
+    configure_governed_memory(agent, dev.service)
+    runner = Runner(app=App(name="my_agent", root_agent=agent, plugins=[dev.plugin]),
+                    session_service=InMemorySessionService())
+    answers = []
+    try:
+        for user, text in turns:
+            session = await runner.session_service.create_session(app_name="my_agent",
+                                                                  user_id=user)
+            out = []
+            async for event in runner.run_async(
+                    user_id=user, session_id=session.id,
+                    new_message=types.Content(role="user", parts=[types.Part(text=text)])):
+                for part in (event.content.parts or []) if event.content else []:
+                    if part.text:
+                        out.append(part.text)
+            answers.append("\n".join(out))
+    finally:
+        await runner.close()
+    return answers
+
+
+async def test_a_second_adk_user_does_not_reach_the_dev_users_scope(caplog):
+    """``adk api_server`` takes any user id in the URL: the dev scope belongs to the first ADK
+    user the plugin serves; another one can neither read, recall nor withdraw it."""
+    from kagent_governed_memory.adk.dev import DevMemory
+
+    fact = "I prefer green tea."
+    async with dev_database() as db:
+        dev = DevMemory(ME, environ={"KGM_DEV_BRIDGE": "1", "KGM_DSN": db.dsn,
+                                     "KGM_LOCAL_SERVER": db.local_server})
+        answers = await _turns(
+            dev, ("alice", "!memory on my-agent personal_preferences yes"),
+            ("alice", f"Remember that {fact}"),
+            ("bob", "!memory inspect my-agent"), ("bob", "What do I like to drink?"),
+            ("bob", "!memory off my-agent yes"), ("alice", "!memory inspect my-agent"))
+    assert answers[0].startswith("memory on: my-agent")
+    assert fact not in answers[2] and fact not in answers[3]
+    assert answers[2].startswith("refused: dev_bridge_refused (dev_bridge_user)")
+    assert answers[4].startswith("refused: dev_bridge_refused (dev_bridge_user)")
+    assert fact in answers[5]  # alice's memory is still on and still hers
+    assert "alice" not in caplog.text and "bob" not in caplog.text
