@@ -83,9 +83,24 @@ def refusal(*, enable: bool = False, environ: Mapping[str, str] | None = None) -
     env = os.environ if environ is None else environ
     if not (enable or env.get(ENABLE_ENV, "") == "1"):
         return "dev_bridge_enable"
-    if any(env.get(name) for name in KAGENT_ENV):
+    # kagent mode is the process's: a replacement ``environ`` (tests) cannot hide it
+    if any(e.get(name) for e in (env, os.environ) for name in KAGENT_ENV):
         return "dev_bridge_kagent"
     return None
+
+
+def _single_local_socket(dsn: str) -> bool:
+    """``dsn`` names one Unix socket directory and nothing libpq would dial instead (dev-db
+    listens on its socket only): not several hosts (tried in turn, or at random), a TCP host,
+    a ``hostaddr`` or a ``service``, nor ``PGHOSTADDR``/``PGSERVICE`` in the environment."""
+    try:
+        params = conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError:
+        return False
+    host, port = params.get("host"), str(params.get("port") or "")
+    return (isinstance(host, str) and host.startswith("/") and "," not in host
+            and "," not in port and not params.get("hostaddr") and not params.get("service")
+            and not os.environ.get("PGHOSTADDR") and not os.environ.get("PGSERVICE"))
 
 
 async def _dev_database_seen_by(dsn: str) -> tuple[str, str] | None:
@@ -175,8 +190,9 @@ class DevBridge:
         refused = refusal(enable=enable, environ=environ)
         if refused is not None:
             raise InvalidInput(ReasonCode.DEV_BRIDGE_REFUSED, field=refused)
-        if not (db.runtime_dsn and db.bridge_dsn and await _is_dev_database(
-                db.bridge_dsn, db.operator_dsn, db.runtime_dsn)):
+        dsns = (db.bridge_dsn, db.operator_dsn, db.runtime_dsn)
+        if not (all(dsns) and all(_single_local_socket(d) for d in dsns)
+                and await _is_dev_database(*dsns)):
             raise InvalidInput(ReasonCode.DEV_BRIDGE_REFUSED, field="dev_bridge_database")
         async with await GovernedMemoryStore.open(db.operator_dsn, local_server=db.local_server,
                                                   sweep_every=None, max_size=1) as operator:

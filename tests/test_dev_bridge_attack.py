@@ -135,3 +135,42 @@ async def test_a_second_adk_user_does_not_reach_the_dev_users_scope(caplog):
     assert answers[4].startswith("refused: dev_bridge_refused (dev_bridge_user)")
     assert fact in answers[5]  # alice's memory is still on and still hers
     assert "alice" not in caplog.text and "bob" not in caplog.text
+
+
+async def test_a_test_environ_does_not_hide_the_process_kagent_mode(tmp_path, monkeypatch):
+    """``environ=`` replaces os.environ for enabling (tests), but kagent mode is the process's:
+    a pod's KAGENT_NAME refuses the bridge even when the caller passes an empty mapping."""
+    from kagent_governed_memory.adk.dev import DevMemory
+
+    monkeypatch.setenv("KAGENT_NAME", "my-agent")
+    dsn = f"host={tmp_path} port=1 user=kgm_app dbname=kgm"
+    db = DevDatabase(dsn=dsn, operator_dsn=dsn, owner_dsn=dsn, admin_dsn=dsn, local_server=LOCAL,
+                     runtime_dsn=dsn, bridge_dsn=dsn)
+    with pytest.raises(InvalidInput) as refused:
+        await DevBridge.open(db, agent=ME, enable=True, environ={})
+    assert refused.value.ids["field"] == "dev_bridge_kagent"
+    dev = DevMemory(ME, environ={"KGM_DEV_BRIDGE": "1", "KGM_DSN": dsn})
+    assert dev.refused == "dev_bridge_kagent"
+
+
+def _with_host(dsn: str, host: str, **kw: str) -> str:
+    return make_conninfo(dsn, host=host, **kw)
+
+
+@pytest.mark.parametrize("shape", ["two hosts", "hostaddr"])
+async def test_only_a_single_local_socket_is_a_dev_db(shape):
+    """dev-db listens on one Unix socket only.  A DSN with several hosts (libpq tries them in
+    turn, or at random with load_balance_hosts=random) could read the marker on one server
+    and open the stores on another; a hostaddr (which libpq dials instead of host) is not
+    dev-db's either."""
+    async with dev_database() as db:
+        sock = psycopg.conninfo.conninfo_to_dict(db.bridge_dsn)["host"]
+        host = f"{sock},{sock}" if shape == "two hosts" else sock
+        extra = {"hostaddr": "127.0.0.1"} if shape == "hostaddr" else {}
+        fields = {f: getattr(db, f) for f in ("dsn", "owner_dsn", "admin_dsn", "local_server")}
+        mixed = DevDatabase(**fields, operator_dsn=_with_host(db.operator_dsn, host, **extra),
+                            runtime_dsn=_with_host(db.runtime_dsn, host, **extra),
+                            bridge_dsn=_with_host(db.bridge_dsn, host, **extra))
+        with pytest.raises(InvalidInput) as refused:
+            await DevBridge.open(mixed, agent=ME, enable=True)
+    assert refused.value.ids["field"] == "dev_bridge_database"
