@@ -1,0 +1,56 @@
+"""Attacks on ``governed_a2a_app`` (issue 26): concurrent requests keep their own binding, a
+token smuggled in the A2A message metadata binds nothing, the token never reaches the answer
+(the task store's task) or the session."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+
+import pytest
+from adk_support import AGENT
+from conftest import make_key
+from test_a2a import a2a, bridge_sign, send  # noqa: F401  (a2a: the fixture)
+
+from kagent_governed_memory import ASSERTION_HEADER
+
+
+async def test_concurrent_requests_keep_their_own_binding(a2a):  # noqa: F811
+    """Six users' requests served at once: each one's fact lands in its own scope only (the
+    binding is a context variable of the request's own task)."""
+    keys = [make_key(f"@user{i}:example.org") for i in range(6)]
+    for key in keys:
+        await a2a.store.grant(key, purpose="personal_preferences")
+    contexts = [f"ctx-{uuid.uuid4().hex}" for _ in keys]
+    tokens = [bridge_sign(k, c) for k, c in zip(keys, contexts, strict=True)]
+    results = await asyncio.gather(*(
+        send(a2a.client, a2a.url, f"remember: fact number {i}", context_id=c, token=t)
+        for i, (c, t) in enumerate(zip(contexts, tokens, strict=True))))
+    for i, (key, (state, texts)) in enumerate(zip(keys, results, strict=True)):
+        assert state == "completed" and any('"status": "saved"' in t for t in texts), texts
+        assert [r.text for r in (await a2a.store.inspect(key)).entries] == [f"fact number {i}"]
+        assert not any(tok in " ".join(texts) for tok in tokens)
+    for key, ctx in zip(keys, contexts, strict=True):
+        session = await a2a.sessions.get_session(app_name=AGENT.app_name,
+                                                 user_id=f"A2A_USER_{ctx}", session_id=ctx)
+        dumped = json.dumps(session.model_dump(mode="json"))
+        assert not any(tok in dumped for tok in tokens) and ASSERTION_HEADER not in dumped
+
+
+@pytest.mark.parametrize("where", ["message", "params"])
+async def test_a_token_in_the_message_metadata_binds_nothing(a2a, where):  # noqa: F811
+    key = make_key()
+    await a2a.store.grant(key, purpose="personal_preferences")
+    ctx = f"ctx-{uuid.uuid4().hex}"
+    token = bridge_sign(key, ctx)
+    message = {"kind": "message", "role": "user", "messageId": uuid.uuid4().hex,
+               "contextId": ctx, "parts": [{"kind": "text", "text": "remember: smuggled"}]}
+    params: dict = {"message": message}
+    (message if where == "message" else params)["metadata"] = {ASSERTION_HEADER: token,
+                                                              "headers": {ASSERTION_HEADER: token}}
+    body = {"jsonrpc": "2.0", "id": "1", "method": "message/send", "params": params}
+    answer = await a2a.client.post(a2a.url + "/", json=body, timeout=120)
+    texts = json.dumps(answer.json())
+    assert "assertion_missing" in texts, texts[-500:]
+    assert (await a2a.store.inspect(key)).entries == ()
