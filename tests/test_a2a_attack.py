@@ -54,3 +54,19 @@ async def test_a_token_in_the_message_metadata_binds_nothing(a2a, where):  # noq
     texts = json.dumps(answer.json())
     assert "assertion_missing" in texts, texts[-500:]
     assert (await a2a.store.inspect(key)).entries == ()
+
+
+def test_the_header_given_twice_in_different_case_binds_nothing():
+    """Two spellings of the header in one request's headers (a raw mapping, or a proxy that
+    added its own next to the client's): which one is the bridge's is unknowable, so neither
+    binds; both are removed."""
+    from types import SimpleNamespace
+    from typing import Any
+
+    from kagent_governed_memory.adk.a2a import _take_assertion
+
+    state = {"headers": {"X-Kagent-Memory-Scope": "from-client", "x-kagent-memory-scope": "b",
+                         "x-user-id": "u"}}
+    context: Any = SimpleNamespace(call_context=SimpleNamespace(state=state))
+    assert _take_assertion(context) is None
+    assert state["headers"] == {"x-user-id": "u"}

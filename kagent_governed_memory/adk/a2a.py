@@ -92,22 +92,23 @@ class GovernedA2aAgentExecutor(A2aAgentExecutor):
 
 def _take_assertion(context: RequestContext) -> str | None:
     """The request's assertion header (HTTP header names are case-insensitive), removed from
-    the headers the rest of the request sees."""
+    the headers the rest of the request sees.  Given twice (two spellings), neither binds:
+    which one the bridge sent is unknowable."""
     call = getattr(context, "call_context", None)
     state = getattr(call, "state", None)
     headers = state.get("headers") if isinstance(state, dict) else None
     if not isinstance(headers, Mapping):
         return None
-    token: str | None = None
+    found: list[object] = []
     kept: dict[Any, Any] = {}
     for name, value in headers.items():
         if str(name).lower() == ASSERTION_HEADER:
-            token = value if isinstance(value, str) else None
+            found.append(value)
         else:
             kept[name] = value
     assert isinstance(state, dict)
     state["headers"] = kept
-    return token
+    return found[0] if len(found) == 1 and isinstance(found[0], str) else None
 
 
 def governed_a2a_app(
