@@ -70,3 +70,21 @@ def test_the_header_given_twice_in_different_case_binds_nothing():
     context: Any = SimpleNamespace(call_context=SimpleNamespace(state=state))
     assert _take_assertion(context) is None
     assert state["headers"] == {"x-user-id": "u"}
+
+
+async def test_the_header_sent_twice_over_http_binds_nothing(a2a):  # noqa: F811
+    """Over HTTP the server lower-cases header names and the A2A server keeps the first of two
+    values: a client's header in front of the one a proxy appends would choose the token.
+    Sent twice, the header binds nothing, whichever one is valid."""
+    key = make_key()
+    await a2a.store.grant(key, purpose="personal_preferences")
+    ctx = f"ctx-{uuid.uuid4().hex}"
+    body = {"jsonrpc": "2.0", "id": "1", "method": "message/send",
+            "params": {"message": {"kind": "message", "role": "user",
+                                   "messageId": uuid.uuid4().hex, "contextId": ctx,
+                                   "parts": [{"kind": "text", "text": "remember: twice"}]}}}
+    headers = [(ASSERTION_HEADER, bridge_sign(key, ctx)), (ASSERTION_HEADER.upper(), "forged")]
+    answer = await a2a.client.post(a2a.url + "/", json=body, headers=headers, timeout=120)
+    texts = json.dumps(answer.json())
+    assert "assertion_missing" in texts, texts[-500:]
+    assert (await a2a.store.inspect(key)).entries == ()
