@@ -174,3 +174,18 @@ async def test_only_a_single_local_socket_is_a_dev_db(shape):
         with pytest.raises(InvalidInput) as refused:
             await DevBridge.open(mixed, agent=ME, enable=True)
     assert refused.value.ids["field"] == "dev_bridge_database"
+
+
+async def test_the_database_comment_alone_is_not_the_marker():
+    """On dev-db's own socket: with the cluster half of the marker gone, the database comment
+    (which its owner, kgm_owner, may write) does not let the bridge open."""
+    async with dev_database() as db:
+        with psycopg.connect(db.admin_dsn, autocommit=True) as conn:
+            conn.execute("COMMENT ON TABLESPACE pg_default IS NULL")
+        with psycopg.connect(db.owner_dsn, autocommit=True) as conn:
+            conn.execute(f"COMMENT ON DATABASE kgm IS '{DEV_MARKER}'")
+        with pytest.raises(InvalidInput) as refused:
+            await DevBridge.open(db, agent=ME, enable=True)
+        assert refused.value.ids["field"] == "dev_bridge_database"
+        with psycopg.connect(db.admin_dsn, autocommit=True) as conn:
+            assert conn.execute("SELECT count(*) FROM memory_runtime_login").fetchone() == (0,)
