@@ -26,7 +26,7 @@ import secrets
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from datetime import timedelta
-from typing import Self, cast
+from typing import Self
 
 import psycopg
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
@@ -52,7 +52,6 @@ from .identity import AgentIdentity, MemoryScope, OriginKind, Principal, ScopeKe
 from .keys import generate_private_key, key_id
 from .models import MemoryRecord
 from .policy import DEV_POLICY
-from .repository import ControlRepository
 from .request import RequestBinding, memory_request
 from .store import GovernedMemoryStore
 
@@ -168,9 +167,7 @@ class DevBridge:
         self._private = generate_private_key()  # ephemeral: in memory only, never written
         self.kid = key_id(self._private)
         self.public_keys: dict[str, Ed25519PublicKey] = {self.kid: self._private.public_key()}
-        # cast: GovernedMemoryStore.generation types classification as str, ControlRepository
-        # as str | None (MemoryControls never calls generation)
-        self._controls = MemoryControls(cast(ControlRepository, bridge_store),
+        self._controls = MemoryControls(bridge_store,
                                         agents={agent.name: agent},
                                         secret=secrets.token_bytes(32))
 
@@ -252,7 +249,9 @@ class DevBridge:
         if isinstance(reply, ForgetReply):
             state = "verified" if reply.receipt.verified else "NOT verified"
             entry = text.split()[-1] if text.split() else "?"
-            return f"forgot {entry}: {state}" if reply.receipt.deleted else f"forgot {entry}: not found"
+            if not reply.receipt.deleted:
+                return f"forgot {entry}: not found"
+            return f"forgot {entry}: {state}"
         if isinstance(reply, StatusReply):
             s = reply.status
             if not s.enabled:

@@ -40,8 +40,17 @@ from kagent_governed_memory._embedded import (
 from kagent_governed_memory.migrations import migrate
 from kagent_governed_memory.embedding import HashingEmbedder
 from kagent_governed_memory.policy import PROTOTYPE_POLICY
+# the session's private TMPDIR, checked empty at the end (tests/tmp_guard.py, docs/testing.md)
+from tmp_guard import pytest_configure, pytest_sessionfinish  # noqa: F401
 
 LOCAL = "example.org"
+# Wall-clock budgets for tests (docs/testing.md): generous, never the production defaults, so a
+# loaded machine slows a test down instead of failing it. A test about a budget injects its own.
+POOL_TIMEOUT = 60.0  # GovernedMemoryStore.open(timeout=): connecting and waiting for a connection
+# KagentControllerStore/KagentBridgeStore: per-read/connect timeouts and the whole-call deadline
+# (production: 10 s read, 3 s connect/pool, 15 s per call)
+CONTROLLER_BUDGETS: dict[str, float] = {"timeout": 60.0, "deadline": 120.0}
+EMBEDDER_TIMEOUT = 60.0  # OpenAICompatibleEmbedder against a local fake provider (production: 10 s)
 # The deployment setting the library asks for (GovernedMemoryService refuses to start while
 # google-adk captures content); tests that need capture on set it themselves.
 os.environ.setdefault("ADK_CAPTURE_MESSAGE_CONTENT_IN_SPANS", "false")
@@ -103,7 +112,7 @@ async def register_policy(db: Db, policy: MemoryPolicy, **kw) -> str:
     """Register ``policy`` (allowed for every agent) as the owner would: a store refuses to
     open with a policy the database does not hold."""
     async with await GovernedMemoryStore.open(db.owner_dsn, local_server=LOCAL, privileged=True,
-                                              sweep_every=None) as owner:
+                                              sweep_every=None, timeout=POOL_TIMEOUT) as owner:
         outcome = await owner.register_policy(policy, **kw)
         await owner.allow_policy(policy.version)
         return outcome
@@ -111,6 +120,7 @@ async def register_policy(db: Db, policy: MemoryPolicy, **kw) -> str:
 
 async def open_store(db: Db, policy: MemoryPolicy = PROTOTYPE_POLICY, **kw) -> GovernedMemoryStore:
     kw.setdefault("sweep_every", None)  # tests sweep explicitly; test_boundary tests the task
+    kw.setdefault("timeout", POOL_TIMEOUT)
     if policy is not PROTOTYPE_POLICY and policy != PROTOTYPE_POLICY:
         await migrated(db)  # a policy is registered in the governed schema
         await register_policy(db, policy)
@@ -128,7 +138,7 @@ async def operator(database: Db, store: GovernedMemoryStore) -> AsyncIterator[Go
     ordinary, unprivileged login that is a member of it and of the service role), not the
     owner."""
     s = await GovernedMemoryStore.open(database.operator_dsn, local_server=LOCAL,
-                                       sweep_every=None)
+                                       sweep_every=None, timeout=POOL_TIMEOUT)
     yield s
     await s.close()
 
@@ -185,3 +195,4 @@ def physical_rows(db: Db, key: ScopeKey | None = None) -> int:
     if sid is None:
         return 0
     return db.scalar("SELECT count(*) FROM memory_entry WHERE scope_id = %s", [sid])
+

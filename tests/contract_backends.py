@@ -48,6 +48,8 @@ from kagent_governed_memory import (
 from kagent_governed_memory.assertion import ScopeAssertion, sign_scope_assertion
 from kagent_governed_memory.keys import key_id
 
+from conftest import CONTROLLER_BUDGETS
+
 
 class Refused(Exception):
     def __init__(self, reason: str) -> None:
@@ -261,7 +263,8 @@ class KagentBackend(LibraryBackend):
         self.url, self.bridge_key, self.issuer = url, bridge_key, issuer
         self.local_server, self.agent_token = local_server, agent_token
         self.public_keys = {key_id(bridge_key): bridge_key.public_key()}
-        self.bridge = KagentBridgeStore(url, local_server=local_server, token=bridge_token)
+        self.bridge = KagentBridgeStore(url, local_server=local_server, token=bridge_token,
+                                        **CONTROLLER_BUDGETS)
         super().__init__(self.bridge, self.bridge)  # type: ignore[arg-type]
         self.runtimes: dict[AgentIdentity, KagentControllerStore] = {}
         self.requests: dict[tuple[str, int | None], str] = {}
@@ -276,7 +279,7 @@ class KagentBackend(LibraryBackend):
         if agent not in self.runtimes:
             self.runtimes[agent] = KagentControllerStore(
                 self.url, agent=agent, local_server=self.local_server,
-                token=self.agent_token(agent.namespace, agent.name))
+                token=self.agent_token(agent.namespace, agent.name), **CONTROLLER_BUDGETS)
         return self.runtimes[agent]
 
     @contextmanager

@@ -171,7 +171,7 @@ async def test_autosave_never_summarises_the_models_restatement_of_a_memory(stor
     assert secret not in prompt, "the model's restatement of a memory was summarised"
 
 
-async def _until(condition, timeout: float = 5.0) -> None:
+async def _until(condition, timeout: float = 60.0) -> None:  # returns as soon as reached
     for _ in range(int(timeout / 0.01)):
         if condition():
             return

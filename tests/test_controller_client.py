@@ -135,7 +135,7 @@ async def test_a_trickling_peer_cannot_hold_a_call_past_its_deadline() -> None:
         started = loop.time()
         with pytest.raises(StoreUnavailable):
             await store.search(k, 1, [0.1] * 768)
-        assert loop.time() - started < 2.0  # the deadline, not the per-read timeout
+        assert loop.time() - started < 5.0  # the 0.5 s deadline, not the 10 s per-read timeout
 
 
 async def test_answers_are_bounded_in_size_and_depth() -> None:

@@ -119,7 +119,7 @@ def _wait_for_marker(admin: str, log: Path, offset: int) -> str:
     marker = f"kgm-log-marker-{secrets.token_hex(6)}"
     with psycopg.connect(admin, autocommit=True) as conn:
         conn.execute(f"DO $$ BEGIN RAISE LOG '{marker}'; END $$")
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 60  # generous: returns as soon as the marker is there
     while time.monotonic() < deadline:
         text = log.read_bytes()[offset:].decode("utf-8", "replace")
         if marker in text:

@@ -60,10 +60,18 @@ ON = "!memory on my-agent personal_preferences"
 _ENABLED = {"KGM_DEV_BRIDGE": "1"}
 
 
+SAMPLE = ROOT / "samples" / "adk-dev" / "my_agent"  # the shipped folder: adk web samples/adk-dev
+
+
 def documented_agent_py() -> str:
     blocks = re.findall(r"```python\n(.*?)```", DOC.read_text(), re.DOTALL)
     assert blocks and "dev_app(" in blocks[0], f"{DOC} no longer starts with the agent.py block"
     return str(blocks[0])
+
+
+def test_the_shipped_agent_folder_is_the_documented_one() -> None:
+    assert (SAMPLE / "agent.py").read_text() == documented_agent_py()
+    assert (SAMPLE / "__init__.py").read_text() == "from . import agent\n"
 
 
 class Chat:
@@ -311,10 +319,10 @@ class Server:
 
 
 async def test_adk_api_server_serves_the_documented_agent_folder_with_memory(tmp_path):
-    folder = tmp_path / "agents" / "my_agent"
-    folder.mkdir(parents=True)
-    (folder / "__init__.py").write_text("from . import agent\n")
-    (folder / "agent.py").write_text(documented_agent_py())
+    folder = tmp_path / "agents" / "my_agent"  # a copy of the shipped sample folder (adk web
+    folder.mkdir(parents=True)                  # writes its sessions into the agents folder)
+    (folder / "__init__.py").write_text((SAMPLE / "__init__.py").read_text())
+    (folder / "agent.py").write_text((SAMPLE / "agent.py").read_text())
     port = _free_port()
     log = tmp_path / "adk.log"
     async with dev_database() as db:

@@ -30,6 +30,8 @@ import pytest
 from kagent_governed_memory.embedding import Embedder, HashingEmbedder, OpenAICompatibleEmbedder
 from kagent_governed_memory.errors import InvalidInput, ProviderError, ReasonCode
 
+from conftest import EMBEDDER_TIMEOUT
+
 DIM = 768
 
 
@@ -145,7 +147,7 @@ def sentinel() -> str:
 
 
 async def test_is_an_embedder(provider: Provider) -> None:
-    async with OpenAICompatibleEmbedder(provider.url, "bge-m3") as embedder:
+    async with OpenAICompatibleEmbedder(provider.url, "bge-m3", timeout=EMBEDDER_TIMEOUT) as embedder:
         assert isinstance(embedder, Embedder)
         assert embedder.dimension == DIM
 
@@ -155,12 +157,12 @@ async def test_longer_vectors_are_truncated_and_renormalised(provider: Provider)
     raw = [[rng.gauss(0.0, 1.0) for _ in range(1024)] for _ in range(2)]
     provider.respond = lambda seen: (200, json.dumps(
         {"data": [{"index": i, "embedding": v} for i, v in enumerate(raw)]}).encode())
-    async with OpenAICompatibleEmbedder(provider.url, "bge-m3") as exact:
+    async with OpenAICompatibleEmbedder(provider.url, "bge-m3", timeout=EMBEDDER_TIMEOUT) as exact:
         with pytest.raises(ProviderError):  # by default a model is never truncated
             await exact.embed(["first text", "second text"])
-    async with OpenAICompatibleEmbedder(provider.url, "bge-m3", dimension=1024) as native:
+    async with OpenAICompatibleEmbedder(provider.url, "bge-m3", timeout=EMBEDDER_TIMEOUT, dimension=1024) as native:
         assert [len(v) for v in await native.embed(["first text", "second text"])] == [1024] * 2
-    async with OpenAICompatibleEmbedder(provider.url, "bge-m3", fit="truncate") as embedder:
+    async with OpenAICompatibleEmbedder(provider.url, "bge-m3", timeout=EMBEDDER_TIMEOUT, fit="truncate") as embedder:
         out = await embedder.embed(["first text", "second text"])  # kagent-compatible 768
     assert len(out) == 2
     for vec, full in zip(out, raw, strict=True):
@@ -177,7 +179,7 @@ async def test_exact_dimension_passes_unchanged(provider: Provider) -> None:
     raw = [float(i % 17) - 3.5 for i in range(DIM)]  # deliberately not unit norm
     provider.respond = lambda seen: (200, json.dumps(
         {"data": [{"index": 0, "embedding": raw}]}).encode())
-    async with OpenAICompatibleEmbedder(provider.url, "bge-m3") as embedder:
+    async with OpenAICompatibleEmbedder(provider.url, "bge-m3", timeout=EMBEDDER_TIMEOUT) as embedder:
         assert await embedder.embed(["x"]) == [raw]
 
 
@@ -188,7 +190,7 @@ async def test_request_shape_and_url_joining(provider: Provider) -> None:
                        (provider.url + "/gw/", "/gw/v1/embeddings"),
                        (provider.url + "/gw/v1", "/gw/v1/embeddings")]:
         provider.seen.clear()
-        async with OpenAICompatibleEmbedder(base, "bge-m3") as embedder:
+        async with OpenAICompatibleEmbedder(base, "bge-m3", timeout=EMBEDDER_TIMEOUT) as embedder:
             await embedder.embed(["alpha", "beta"])
         assert [s.path for s in provider.seen] == [path], base
         assert provider.seen[0].body == {"model": "bge-m3", "input": ["alpha", "beta"]}
@@ -202,14 +204,14 @@ async def test_results_follow_index_not_position(provider: Provider) -> None:
 
     provider.respond = shuffled
     texts = [f"fact number {i}" for i in range(5)]
-    async with OpenAICompatibleEmbedder(provider.url, "bge-m3") as embedder:
+    async with OpenAICompatibleEmbedder(provider.url, "bge-m3", timeout=EMBEDDER_TIMEOUT) as embedder:
         out = await embedder.embed(texts)
     assert [v[0] for v in out] == [code(t) for t in texts]  # positional reading is reversed
 
 
 async def test_batches_by_max_batch_in_order(provider: Provider) -> None:
     texts = [f"item {i}" for i in range(150)]
-    async with OpenAICompatibleEmbedder(provider.url, "bge-m3", max_batch=64) as embedder:
+    async with OpenAICompatibleEmbedder(provider.url, "bge-m3", timeout=EMBEDDER_TIMEOUT, max_batch=64) as embedder:
         out = await embedder.embed(texts)
     assert [len(s.body["input"]) for s in provider.seen] == [64, 64, 22]
     assert [t for s in provider.seen for t in s.body["input"]] == texts
@@ -217,13 +219,13 @@ async def test_batches_by_max_batch_in_order(provider: Provider) -> None:
 
 
 async def test_empty_input_makes_no_request(provider: Provider) -> None:
-    async with OpenAICompatibleEmbedder(provider.url, "bge-m3") as embedder:
+    async with OpenAICompatibleEmbedder(provider.url, "bge-m3", timeout=EMBEDDER_TIMEOUT) as embedder:
         assert await embedder.embed([]) == []
     assert provider.seen == []
 
 
 async def test_bare_string_is_refused_before_any_request(provider: Provider) -> None:
-    async with OpenAICompatibleEmbedder(provider.url, "bge-m3") as embedder:
+    async with OpenAICompatibleEmbedder(provider.url, "bge-m3", timeout=EMBEDDER_TIMEOUT) as embedder:
         with pytest.raises(InvalidInput):
             await embedder.embed("a whole sentence")  # type: ignore[arg-type]
     assert provider.seen == []
@@ -266,7 +268,7 @@ async def test_malformed_2xx_is_refused_without_echo(
     caplog.set_level(logging.DEBUG)
     body_secret, text_secret = sentinel(), sentinel()
     provider.respond = lambda seen: (200, BAD_BODIES[kind](body_secret))
-    async with OpenAICompatibleEmbedder(provider.url, "bge-m3") as embedder:
+    async with OpenAICompatibleEmbedder(provider.url, "bge-m3", timeout=EMBEDDER_TIMEOUT) as embedder:
         with pytest.raises(ProviderError) as info:
             await embedder.embed([f"remember {text_secret}", "second"])
     err = info.value
@@ -289,7 +291,7 @@ async def test_error_status_is_refused_without_echo(
                                              "input": seen.body["input"]}}).encode()
 
     provider.respond = echo
-    async with OpenAICompatibleEmbedder(provider.url, "bge-m3") as embedder:
+    async with OpenAICompatibleEmbedder(provider.url, "bge-m3", timeout=EMBEDDER_TIMEOUT) as embedder:
         with pytest.raises(ProviderError) as info:
             await embedder.embed([f"my secret is {text_secret}"])
     err = info.value
@@ -307,7 +309,7 @@ async def test_failure_in_a_later_batch_fails_the_whole_call(provider: Provider)
         return (500, b"{}") if len(provider.seen) == 2 else (200, vectors_body(seen.body["input"]))
 
     provider.respond = second_fails
-    async with OpenAICompatibleEmbedder(provider.url, "bge-m3", max_batch=2) as embedder:
+    async with OpenAICompatibleEmbedder(provider.url, "bge-m3", timeout=EMBEDDER_TIMEOUT, max_batch=2) as embedder:
         with pytest.raises(ProviderError) as info:
             await embedder.embed([f"t{i}" for i in range(6)])
     assert info.value.ids["status"] == "500"
@@ -317,7 +319,7 @@ async def test_failure_in_a_later_batch_fails_the_whole_call(provider: Provider)
 async def test_connection_refused(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.DEBUG)
     text_secret = sentinel()
-    async with OpenAICompatibleEmbedder(closed_port_url(), "bge-m3") as embedder:
+    async with OpenAICompatibleEmbedder(closed_port_url(), "bge-m3", timeout=EMBEDDER_TIMEOUT) as embedder:
         with pytest.raises(ProviderError) as info:
             await embedder.embed([text_secret])
     assert info.value.reason is ReasonCode.EMBEDDING_FAILED
@@ -330,7 +332,7 @@ async def test_connection_refused(caplog: pytest.LogCaptureFixture) -> None:
 async def test_timeout(provider: Provider, caplog: pytest.LogCaptureFixture, own_client: bool) -> None:
     caplog.set_level(logging.DEBUG)
     text_secret = sentinel()
-    provider.delay = 3.0
+    provider.delay = 8.0  # well past the embedder's own 0.3 s, so the bound below tells them apart
     # A caller's client with a long timeout must not override the embedder's own.
     client = None if own_client else httpx.AsyncClient(timeout=60.0)
     started = time.monotonic()
@@ -338,7 +340,7 @@ async def test_timeout(provider: Provider, caplog: pytest.LogCaptureFixture, own
                                         client=client) as embedder:
         with pytest.raises(ProviderError) as info:
             await embedder.embed([text_secret])
-    assert time.monotonic() - started < 2.0
+    assert time.monotonic() - started < 5.0  # the 0.3 s timeout, not the delay or the client's 60 s
     assert len(provider.seen) == 1
     assert "status" not in info.value.ids
     assert_error_clean(info.value, text_secret)
@@ -355,9 +357,9 @@ async def test_authorization_only_with_api_key(
 ) -> None:
     caplog.set_level(logging.DEBUG)
     key = "sk-" + secrets.token_hex(16)
-    async with OpenAICompatibleEmbedder(provider.url, "bge-m3") as anonymous:
+    async with OpenAICompatibleEmbedder(provider.url, "bge-m3", timeout=EMBEDDER_TIMEOUT) as anonymous:
         await anonymous.embed(["a"])
-    async with OpenAICompatibleEmbedder(provider.url, "bge-m3", api_key=key) as keyed:
+    async with OpenAICompatibleEmbedder(provider.url, "bge-m3", timeout=EMBEDDER_TIMEOUT, api_key=key) as keyed:
         await keyed.embed(["a"])
         assert key not in repr(keyed) and key not in str(keyed)
         assert "api_key=set" in repr(keyed)
@@ -375,13 +377,13 @@ async def test_authorization_only_with_api_key(
 
 async def test_closes_only_its_own_client(provider: Provider) -> None:
     async with httpx.AsyncClient() as client:
-        async with OpenAICompatibleEmbedder(provider.url, "bge-m3", client=client) as embedder:
+        async with OpenAICompatibleEmbedder(provider.url, "bge-m3", timeout=EMBEDDER_TIMEOUT, client=client) as embedder:
             await embedder.embed(["a"])
         assert not client.is_closed
         response = await client.post(provider.url + "/v1/embeddings", json={"input": ["b"]})
         assert response.status_code == 200
 
-    embedder = OpenAICompatibleEmbedder(provider.url, "bge-m3")
+    embedder = OpenAICompatibleEmbedder(provider.url, "bge-m3", timeout=EMBEDDER_TIMEOUT)
     await embedder.embed(["a"])
     await embedder.aclose()
     with pytest.raises(ProviderError):

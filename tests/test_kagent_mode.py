@@ -29,7 +29,7 @@ import httpx
 import psycopg
 import pytest
 from adk_support import AGENT, BRIDGE_KEY, ISSUER, PUBLIC_KEYS, build, save_plan, sign
-from conftest import LOCAL, Db, make_key, migrated, open_store, physical_rows, vec
+from conftest import CONTROLLER_BUDGETS, LOCAL, Db, make_key, migrated, open_store, physical_rows, vec
 from go_controller import (
     BRIDGE_SERVICE_ACCOUNT,
     ControllerProcess,
@@ -84,8 +84,9 @@ async def mode(request: pytest.FixtureRequest, database: Db) -> AsyncIterator[Mo
     except Unavailable as exc:
         pytest.skip(f"GO VERIFICATION NOT RUN: the compiled controller is unavailable ({exc})")
     runtime = KagentControllerStore(process.url, agent=AGENT, local_server=LOCAL,
-                                    token=AGENT_TOKEN)
-    bridge = KagentBridgeStore(process.url, local_server=LOCAL, token=BRIDGE_TOKEN)
+                                    token=AGENT_TOKEN, **CONTROLLER_BUDGETS)
+    bridge = KagentBridgeStore(process.url, local_server=LOCAL, token=BRIDGE_TOKEN,
+                               **CONTROLLER_BUDGETS)
     try:
         yield Mode("kagent", runtime, bridge, database, process)
     finally:
@@ -107,7 +108,7 @@ def outcomes(h: Any) -> set[tuple[str, str]]:
             if "kgm.memory.operation" in m[1]}
 
 
-async def _until(condition: Any, timeout: float = 10.0) -> None:
+async def _until(condition: Any, timeout: float = 60.0) -> None:  # returns when reached
     for _ in range(int(timeout / 0.01)):
         if condition():
             return

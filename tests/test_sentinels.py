@@ -22,7 +22,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from adk_support import build, save_plan
-from conftest import make_key
+from conftest import EMBEDDER_TIMEOUT, make_key
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -173,7 +173,8 @@ async def _run_flow(store, database, provider_url, sentinels, *, sanitized: bool
     with database.admin() as conn:
         conn.execute("ALTER TABLE memory_entry ADD CONSTRAINT sentinel_probe"
                      " CHECK (content NOT LIKE 'DBFAIL%')")
-    embedder = OpenAICompatibleEmbedder(provider_url, "bge-m3", fit="truncate")  # 1024 -> 768
+    embedder = OpenAICompatibleEmbedder(provider_url, "bge-m3", fit="truncate",  # 1024 -> 768
+                                        timeout=EMBEDDER_TIMEOUT)
     raised: list[BaseException] = []
     h = build(store, plan=save_plan, embedder=embedder, before_tool=kagent_style_logging,
               admission=Admission(store), span_content="warn",  # capture forced on

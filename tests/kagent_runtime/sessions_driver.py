@@ -313,7 +313,9 @@ async def main() -> dict[str, Any]:
     embedder = base.EmbeddingServer()
     url = await embedder.start()
     h = SessionHarness(RecallLlm())
-    bridge = KagentBridgeStore(CONTROLLER_URL, local_server=base.LOCAL, token=BRIDGE_TOKEN)
+    # generous budgets (docs/testing.md), not the production 10 s read / 15 s per call
+    bridge = KagentBridgeStore(CONTROLLER_URL, local_server=base.LOCAL, token=BRIDGE_TOKEN,
+                               timeout=60.0, deadline=120.0)
     try:
         await h.build(url)
         return await run(h, bridge, embedder)
