@@ -36,8 +36,9 @@ BRIDGE_ROLE = "kgm_bridge"  # the bridge's login (member of kagent_memory_bridge
 # the kagent controller's serving login: runtime + bridge + operator (not the deprecated service)
 CONTROLLER_ROLE = "kgm_controller"
 APP_DATABASE = "kgm"
-# What dev-db writes on its database (COMMENT ON DATABASE, as the superuser): the development
-# bridge refuses any database without it.  Readable by every login (shobj_description).
+# What dev-db writes on its database and its cluster's pg_default tablespace (COMMENT ON, as
+# the superuser): the development bridge refuses any database without both.  Readable by every
+# login (shobj_description).
 DEV_MARKER = "kagent-governed-memory dev-db"
 _SOCKET_NAME = ".s.PGSQL.5432"  # the server's socket file in its socket directory (-k), port 5432
 _SUN_PATH_MAX = 107  # sizeof(sockaddr_un.sun_path) - 1 on Linux: the longest socket path
@@ -197,6 +198,10 @@ def mark_dev_database(admin_dsn: str, database: str) -> None:
     with psycopg.connect(pinned_dsn(admin_dsn), autocommit=True) as conn:
         conn.execute(sql.SQL("COMMENT ON DATABASE {} IS {}").format(
             sql.Identifier(database), sql.Literal(DEV_MARKER)))
+        # and on the cluster: only a superuser may comment on pg_default, so a login that owns
+        # some other database (and could write the comment above) cannot forge this half
+        conn.execute(sql.SQL("COMMENT ON TABLESPACE pg_default IS {}").format(
+            sql.Literal(DEV_MARKER)))
 
 
 def _grant_signal_backend(conn: Any) -> None:

@@ -155,6 +155,8 @@ _FIELD_HINT: dict[str, str] = {
     "the real bridge there",
     "dev_bridge_database": "the development bridge works only on a database "
     "`kagent-governed-memory dev-db` (or dev_database()) created: start one and use its DSNs",
+    "dev_bridge_user": "the development bridge has one dev user, the first ADK user id this "
+    "server served; other user ids get no memory: use that user id, or restart the server",
 }
 
 

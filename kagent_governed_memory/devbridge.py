@@ -64,8 +64,14 @@ ENABLE_ENV = "KGM_DEV_BRIDGE"
 KAGENT_ENV = ("KAGENT_MEMORY_URL", "KAGENT_NAME", "KAGENT_NAMESPACE")
 REQUEST_LIFETIME = timedelta(seconds=60)
 _ALLOWED = ControlRoomCheck(allowed=True)
-_MARKER_QUERY = ("SELECT shobj_description(d.oid, 'pg_database') FROM pg_database d "
-                 "WHERE d.datname = current_database()")
+# The marker is dev-db's twice: on its database (which the database's owner could also write)
+# and on the cluster's pg_default tablespace, which only a superuser can comment on (dev-db's
+# `postgres`; never an application login, even one that owns its database).  The database's
+# oid and the server's start time tell whether every login reaches the same database.
+_MARKER_QUERY = ("SELECT shobj_description(d.oid, 'pg_database'), "
+                 "shobj_description(t.oid, 'pg_tablespace'), d.oid::text, "
+                 "pg_postmaster_start_time()::text FROM pg_database d, pg_tablespace t "
+                 "WHERE d.datname = current_database() AND t.spcname = 'pg_default'")
 
 logger = logging.getLogger("kagent_governed_memory.devbridge")
 
@@ -76,19 +82,44 @@ def refusal(*, enable: bool = False, environ: Mapping[str, str] | None = None) -
     env = os.environ if environ is None else environ
     if not (enable or env.get(ENABLE_ENV, "") == "1"):
         return "dev_bridge_enable"
-    if any(env.get(name) for name in KAGENT_ENV):
+    # kagent mode is the process's: a replacement ``environ`` (tests) cannot hide it
+    if any(e.get(name) for e in (env, os.environ) for name in KAGENT_ENV):
         return "dev_bridge_kagent"
     return None
 
 
-async def _is_dev_database(dsn: str) -> bool:
+def _single_local_socket(dsn: str) -> bool:
+    """``dsn`` names one Unix socket directory and nothing libpq would dial instead (dev-db
+    listens on its socket only): not several hosts (tried in turn, or at random), a TCP host,
+    a ``hostaddr`` or a ``service``, nor ``PGHOSTADDR``/``PGSERVICE`` in the environment."""
+    try:
+        params = conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError:
+        return False
+    host, port = params.get("host"), str(params.get("port") or "")
+    return (isinstance(host, str) and host.startswith("/") and "," not in host
+            and "," not in port and not params.get("hostaddr") and not params.get("service")
+            and not os.environ.get("PGHOSTADDR") and not os.environ.get("PGSERVICE"))
+
+
+async def _dev_database_seen_by(dsn: str) -> tuple[str, str] | None:
+    """The identity (database oid, server start) of the dev-db database ``dsn`` reaches, or
+    ``None`` when it is not one (no marker, or a marker a non-superuser could have written)."""
     try:
         async with await psycopg.AsyncConnection.connect(pinned_dsn(dsn), autocommit=True,
                                                          connect_timeout=10) as conn:
             row = await (await conn.execute(_MARKER_QUERY)).fetchone()
-    except (psycopg.Error, OSError):
-        return False
-    return row is not None and row[0] == DEV_MARKER
+    except (psycopg.Error, OSError, psycopg.ProgrammingError):
+        return None
+    if row is None or row[0] != DEV_MARKER or row[1] != DEV_MARKER:
+        return None
+    return str(row[2]), str(row[3])
+
+
+async def _is_dev_database(*dsns: str) -> bool:
+    """Every one of ``dsns`` reaches the same dev-db database."""
+    seen = {await _dev_database_seen_by(dsn) for dsn in dsns}
+    return len(seen) == 1 and None not in seen
 
 
 def _login_of(dsn: str) -> str:
@@ -156,7 +187,9 @@ class DevBridge:
         refused = refusal(enable=enable, environ=environ)
         if refused is not None:
             raise InvalidInput(ReasonCode.DEV_BRIDGE_REFUSED, field=refused)
-        if not (db.runtime_dsn and db.bridge_dsn and await _is_dev_database(db.bridge_dsn)):
+        dsns = (db.bridge_dsn, db.operator_dsn, db.runtime_dsn)
+        if not (all(dsns) and all(_single_local_socket(d) for d in dsns)
+                and await _is_dev_database(*dsns)):
             raise InvalidInput(ReasonCode.DEV_BRIDGE_REFUSED, field="dev_bridge_database")
         async with await GovernedMemoryStore.open(db.operator_dsn, local_server=db.local_server,
                                                   sweep_every=None, max_size=1) as operator:

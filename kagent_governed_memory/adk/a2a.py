@@ -14,7 +14,9 @@ whose executor wraps every A2A request in ``memory_request(...)``:
   request in the session named by its ``contextId`` (creating it on first use), which is what
   kagent does and what the bridge signs as ``ctx``;
 * the header is removed from the request's recorded headers once read, so nothing downstream
-  (interceptors, session state, logs) sees the token.
+  (interceptors, session state, logs) sees the token; a request that carries it more than
+  once (in any spelling) has no memory (``assertion_missing``): which one the bridge sent is
+  unknowable.
 
 Nothing here logs: refusals are logged, content-free, by the memory service.
 """
@@ -92,22 +94,42 @@ class GovernedA2aAgentExecutor(A2aAgentExecutor):
 
 def _take_assertion(context: RequestContext) -> str | None:
     """The request's assertion header (HTTP header names are case-insensitive), removed from
-    the headers the rest of the request sees."""
+    the headers the rest of the request sees.  Given twice (two spellings), neither binds:
+    which one the bridge sent is unknowable."""
     call = getattr(context, "call_context", None)
     state = getattr(call, "state", None)
     headers = state.get("headers") if isinstance(state, dict) else None
     if not isinstance(headers, Mapping):
         return None
-    token: str | None = None
+    found: list[object] = []
     kept: dict[Any, Any] = {}
     for name, value in headers.items():
         if str(name).lower() == ASSERTION_HEADER:
-            token = value if isinstance(value, str) else None
+            found.append(value)
         else:
             kept[name] = value
     assert isinstance(state, dict)
     state["headers"] = kept
-    return token
+    return found[0] if len(found) == 1 and isinstance(found[0], str) else None
+
+
+class _OneAssertionHeader:
+    """ASGI middleware: a request carrying the assertion header more than once loses all of
+    them (no memory, ``assertion_missing``).  The A2A server keeps only the first value of a
+    repeated header, so a client's header in front of the one a proxy appends would otherwise
+    choose the token the request is bound with."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope.get("type") == "http":
+            name = ASSERTION_HEADER.encode()
+            headers = scope.get("headers") or []
+            if sum(1 for k, _ in headers if bytes(k).lower() == name) > 1:
+                scope = {**scope, "headers": [(k, v) for k, v in headers
+                                              if bytes(k).lower() != name]}
+        await self.app(scope, receive, send)
 
 
 def governed_a2a_app(
@@ -141,6 +163,8 @@ def governed_a2a_app(
                     artifact_service=artifact_service, memory_service=memory)
     executor = GovernedA2aAgentExecutor(runner=runner, public_keys=public_keys, issuer=issuer,
                                         agent=memory.agent)
-    return to_a2a(agent, host=host, port=port, protocol=protocol, rpc_path=rpc_path,
-                  agent_card=agent_card, task_store=task_store, runner=runner,
-                  lifespan=lifespan, agent_executor_factory=lambda _runner: executor)
+    app = to_a2a(agent, host=host, port=port, protocol=protocol, rpc_path=rpc_path,
+                 agent_card=agent_card, task_store=task_store, runner=runner,
+                 lifespan=lifespan, agent_executor_factory=lambda _runner: executor)
+    app.add_middleware(_OneAssertionHeader)
+    return app

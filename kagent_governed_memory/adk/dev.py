@@ -27,6 +27,7 @@ from google.adk.models.base_llm import BaseLlm
 from google.adk.plugins.base_plugin import BasePlugin
 from google.genai import types
 
+from .._hints import hint_for
 from ..assertion import ScopeAssertion
 from ..controller import KagentControllerStore
 from ..devbridge import DevBridge, dev_database_at, refusal
@@ -207,20 +208,34 @@ class DevMemoryPlugin(BasePlugin):
         super().__init__(name="kgm_dev_bridge")
         self._dev = dev
         self._open: dict[str, AsyncExitStack] = {}
+        # the ADK user id the dev user stands for: the first one served.  `adk api_server`
+        # takes any user id in its URL; another one must not read, recall or withdraw the dev
+        # user's memory (the bridge has one user, one scope).
+        self._user: str | None = None
+
+    def _is_dev_user(self, user_id: str) -> bool:
+        if self._user is None:
+            self._user = user_id
+        return user_id == self._user
 
     async def before_run_callback(self, *, invocation_context: InvocationContext
                                   ) -> types.Content | None:
         bridge = await self._dev.bridge(invocation_context.memory_service)
         text = _user_text(invocation_context.user_content)
+        other_user = bridge is not None and not self._is_dev_user(invocation_context.user_id)
         if text.startswith("!memory"):
             if bridge is None:
                 return _reply(f"refused: {ReasonCode.DEV_BRIDGE_REFUSED.value} "
                               f"({self._dev.refused or 'not open'}): memory is off; the "
                               "server's log says why")
+            if other_user:
+                hint = hint_for(ReasonCode.DEV_BRIDGE_REFUSED, "dev_bridge_user")
+                return _reply(f"refused: {ReasonCode.DEV_BRIDGE_REFUSED.value} "
+                              f"(dev_bridge_user): {hint}")
             command, confirm = _shortcut(text)
             return _reply(await bridge.command(command, confirm=confirm))
-        if bridge is None:
-            reason = (ReasonCode.DEV_BRIDGE_REFUSED if self._dev.refused
+        if bridge is None or other_user:
+            reason = (ReasonCode.DEV_BRIDGE_REFUSED if self._dev.refused or other_user
                       else ReasonCode.STORE_UNAVAILABLE)
             _current.set(RequestBinding(None, reason))  # memory absent, and why
             return None

@@ -84,9 +84,11 @@ def log_refusal(operation: Operation, reason: ReasonCode, scope: str | None) -> 
         _warned.add(reason)
     if first:
         # the fix is part of the format string (a fixed sentence from the table above), not an
-        # argument: the log sanitizer lets only codes, counts and opaque ids through as arguments
+        # argument: the log sanitizer lets only codes, counts and opaque ids through as arguments.
+        # Its `%` are escaped, so a sentence saying "100%" can never take or break an argument.
         _log.warning("memory refused reason=%s operation=%s scope=%s; the first refusal for this "
-                     "reason in this process (later ones are INFO): " + fix_for(reason),
+                     "reason in this process (later ones are INFO): "
+                     + fix_for(reason).replace("%", "%%"),
                      reason.value, operation.value, scope or "-")
     else:
         _log.info("memory refused reason=%s operation=%s scope=%s", reason.value,
