@@ -19,6 +19,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -197,12 +198,16 @@ class Env:
 
 
 @pytest.fixture(scope="module")
-def env() -> Env:
+def env() -> Iterator[Env]:
     try:
-        return Env()
+        made = Env()
     except go_controller.Unavailable as why:
         print(f"\n*** NOT RUN: chart and CRD validation: {why} ***")
         pytest.skip(f"NOT RUN: {why}")
+    try:
+        yield made
+    finally:
+        shutil.rmtree(made.tmp, ignore_errors=True)  # the rendered charts: nothing left in TMPDIR
 
 
 def _docs(text: str) -> list[dict]:
