@@ -588,24 +588,30 @@ async def run_patched(h: Harness, store: GovernedMemoryStore, admin_dsn: str) ->
     # the token's one request, which redeems it; the gate below presents it again
     report["replay_first_use"] = await h.turn("gate-replayed", "LOAD warm up", token=replayed)
     embed_before = h.embedder.calls
-    gate_tokens = {
-        "no_header": None,
+    # Each token is signed right before its request (lambdas), and the replay comes right after
+    # the first use: on a loaded machine the whole gate can outlast a 60 s assertion, and an
+    # expired token would answer assertion_expired before the check under test is reached.
+    gate_tokens: dict[str, Any] = {
+        "replayed": lambda: replayed,
+        "no_header": lambda: None,
         # a pod's own key under the bridge's kid: no process but the bridge can mint
-        "forged": token_for(key, context="gate-forged", private_key=generate_private_key()),
-        "expired": token_for(key, context="gate-expired",
-                             now=datetime.now(UTC) - timedelta(minutes=10)),
-        "other_agent": token_for(make_key(agent="other-agent"), context="gate-other_agent"),
-        "other_context": token_for(key, context="another-conversation"),
-        "audience_remote": token_for(key, context="gate-audience_remote",
-                                     audience=(LOCAL, "evil.org")),
-        "bridged_origin": token_for(make_key(origin=OriginKind.EXTERNAL_APPSERVICE),
-                                    context="gate-bridged_origin"),
-        "remote_principal": token_for(make_key("@mallory:evil.org"),
-                                      context="gate-remote_principal"),
-        "replayed": replayed,
+        "forged": lambda: token_for(key, context="gate-forged",
+                                    private_key=generate_private_key()),
+        "expired": lambda: token_for(key, context="gate-expired",
+                                     now=datetime.now(UTC) - timedelta(minutes=10)),
+        "other_agent": lambda: token_for(make_key(agent="other-agent"),
+                                         context="gate-other_agent"),
+        "other_context": lambda: token_for(key, context="another-conversation"),
+        "audience_remote": lambda: token_for(key, context="gate-audience_remote",
+                                             audience=(LOCAL, "evil.org")),
+        "bridged_origin": lambda: token_for(make_key(origin=OriginKind.EXTERNAL_APPSERVICE),
+                                            context="gate-bridged_origin"),
+        "remote_principal": lambda: token_for(make_key("@mallory:evil.org"),
+                                              context="gate-remote_principal"),
     }
     gate: dict[str, Any] = {}
-    for name, tok in gate_tokens.items():
+    for name, sign_it in gate_tokens.items():
+        tok = sign_it()
         gate[name] = {
             "save": await h.turn(f"gate-{name}", f"SAVE gate fact {name}", token=tok),
             "load": await h.turn(f"gate-{name}", "LOAD gate fact", token=tok),
