@@ -35,8 +35,8 @@ For a given ``--tree`` the temporary worktree is always at the same path,
 ``$TMPDIR/verify-go-series-<uid>/<key>/tree`` (``$VERIFY_GO_SERIES_WORKDIR/<key>/tree`` if
 set; <key> is a hash of the tree's path), one run per tree at a time holds a lock beside it,
 and golangci-lint gets a cache of its own for that path,
-``$XDG_CACHE_HOME/verify-go-series/<key>/golangci-lint`` (``--lint-cache``), kept between
-runs.  Both matter: golangci-lint caches a package's issues with absolute file names, so an
+``$XDG_CACHE_HOME/verify-go-series/<key of the worktree's path>/golangci-lint``
+(``--lint-cache``), kept between runs.  Both matter: golangci-lint caches a package's issues with absolute file names, so an
 entry written for another directory (another run's worktree, your own checkout) names files
 that are gone or hold other text, its "generated file" filter cannot read them, and sqlc's
 ``gen/`` output is reported as lint findings that are not there.  The go command likewise
@@ -342,9 +342,11 @@ def work_dir(tree: Path) -> Path:
 
 
 def default_lint_cache(tree: Path) -> Path:
-    """golangci-lint's cache for one worktree path (its entries name files under it)."""
+    """golangci-lint's cache for one worktree path (its entries name files under it): keyed by
+    the worktree's own path, so a run whose ``$TMPDIR`` differs never reads entries that name
+    another run's files."""
     cache = Path(os.environ.get("XDG_CACHE_HOME") or (Path.home() / ".cache"))
-    return cache / "verify-go-series" / tree_key(tree) / "golangci-lint"
+    return cache / "verify-go-series" / tree_key(work_dir(tree)) / "golangci-lint"
 
 
 def take_lock(workdir: Path) -> tuple[int, float]:

@@ -16,6 +16,7 @@ pytest's summary); nothing passes silently.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -23,6 +24,7 @@ from pathlib import Path
 
 import pytest
 from go_controller import TAGS, Unavailable, build
+from tmp_guard import original_tmpdir
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -43,7 +45,11 @@ def go_tree(tag: str) -> Path:
 
 def _run(script: str, *args: str) -> tuple[int, str, float]:
     started = time.monotonic()
-    done = subprocess.run([sys.executable, str(REPO / "scripts" / script), *args],
+    # the Go series' worktree sits at a fixed path outside the session's private TMPDIR: the
+    # caches of golangci-lint and the go command are keyed by it (scripts/verify_go_series.py)
+    workdir = Path(original_tmpdir()) / f"verify-go-series-{os.getuid()}"
+    env = {**os.environ, "VERIFY_GO_SERIES_WORKDIR": str(workdir)}
+    done = subprocess.run([sys.executable, str(REPO / "scripts" / script), *args], env=env,
                           capture_output=True, text=True, timeout=2400, check=False)
     took = time.monotonic() - started
     print(f"{script}: exit {done.returncode} in {took:.0f} s\n{done.stdout[-6000:]}")

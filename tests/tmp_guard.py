@@ -9,6 +9,8 @@ are not looked at. pytest's own ``tmp_path`` stays where pytest keeps it
 
 The one kept exception: the embedded PostgreSQL's root-safe ``pg_ctl`` wrapper, intentionally kept
 per installation in ``$TMPDIR/kgm-pg-ctl-<uid>-<hash>`` (``kagent_governed_memory._embedded``).
+Outside the private directory on purpose: the Go series' fixed worktree
+(``<original temp dir>/verify-go-series-<uid>/``, ``original_tmpdir()``).
 """
 
 from __future__ import annotations
@@ -21,6 +23,13 @@ import pytest
 
 KEPT_TMP_PREFIXES = (f"kgm-pg-ctl-{os.getuid()}-",)
 _SESSION_TMP: dict[str, str] = {}
+
+
+def original_tmpdir() -> str:
+    """The temporary directory before the session's private one: for what must outlive the
+    session on purpose at a fixed path (the Go series' worktree, whose path golangci-lint's and
+    the go command's caches are keyed by; ``scripts/verify_go_series.py``)."""
+    return _SESSION_TMP.get("original") or tempfile.gettempdir()
 
 
 def leftover_tmp_entries(directory: str) -> list[str]:
