@@ -102,16 +102,19 @@ def test_every_requirement_id_and_decision_is_explained() -> None:
         f"design decisions cited but not in docs/requirements.md: {missing_decisions}")
 
 
-PR_TEXTS = sorted((REPO / "upstream-pr").glob("0[1-9]-*.md"))
+PR_TEXTS = sorted((REPO / "upstream-pr").glob("0[1-9]-*.md")) + sorted(
+    (REPO / "upstream-pr" / "kagent-main").glob("[0-9][0-9]-*.md"))
 PR_SECTIONS = ("## Problem", "## Change", "## How to test", "## Migration and rollback",
                "## User-visible changes and release note", "## Risks")
 
 
 @pytest.mark.parametrize("path", PR_TEXTS, ids=lambda p: p.name)
 def test_pr_texts_are_short_and_complete(path: Path) -> None:
-    """What a kagent maintainer reads: at most ~600 words, every section, no DCO placeholder."""
+    """What a kagent maintainer reads: at most ~600 words (under 500 for a PR on main), every
+    section, no DCO placeholder."""
     text = path.read_text()
-    assert len(text.split()) <= 600, f"{path.name}: {len(text.split())} words"
+    limit = 499 if path.parent.name == "kagent-main" else 600
+    assert len(text.split()) <= limit, f"{path.name}: {len(text.split())} words"
     missing = [s for s in PR_SECTIONS if s not in text]
     assert not missing, f"{path.name}: missing {missing}"
     assert "Signed-off-by" not in text
