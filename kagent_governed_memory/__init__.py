@@ -17,7 +17,7 @@ from .control_room import (
     check_control_room,
     check_control_room_events,
 )
-from .controller import KagentBridgeStore, KagentControllerStore
+from .kagent import KagentBridgeStore, KagentControllerStore
 from .controls import MemoryControls, parse_memory_command, recheck_before_send
 from .devbridge import DEV_ISSUER, DevBridge
 from .devdb import DevDatabase, EmbeddedUnavailable, dev_database

@@ -252,7 +252,7 @@ def _with_store(
             if args.dsn and os.environ.get("KGM_DSN") != args.dsn:
                 raise CliError(EXIT_USAGE, "invalid_argument",
                                "pass --dsn or --controller, not both")
-            from .controller import KagentBridgeStore
+            from .kagent import KagentBridgeStore
 
             async with KagentBridgeStore(args.controller, local_server=args.local_server,
                                          token_file=args.token_file) as bridge:

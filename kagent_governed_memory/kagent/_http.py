@@ -31,7 +31,7 @@ from typing import Any
 
 import httpx
 
-from .errors import (
+from ..errors import (
     GovernanceError,
     InvalidInput,
     ReasonCode,

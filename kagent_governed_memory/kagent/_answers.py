@@ -8,10 +8,10 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from . import _validate
-from .errors import GovernanceError, ReasonCode
-from .identity import ScopeKey
-from .models import ForgetReceipt
+from .. import _validate
+from ..errors import GovernanceError, ReasonCode
+from ..identity import ScopeKey
+from ..models import ForgetReceipt
 
 _FRACTION = re.compile(r"(\.\d{6})\d+")
 _R = TypeVar("_R", bound=ForgetReceipt)
