@@ -1,0 +1,272 @@
+#!/usr/bin/env python3
+"""Check ``patches/kagent-main/`` -- the upstream path on kagent ``main`` -- as kagent's CI would.
+
+The series is a set of small pull requests, each standalone against the snapshot named in
+``patches/kagent-main/BASE``.  Steps (each prints PASS, FAIL or NOT RUN with the reason):
+
+* ``apply``: every patch applies alone on BASE (``git am``), and all apply in order;
+* ``go``: for every patch that touches ``go/``, on BASE + that patch alone (one tree path,
+  reset between PRs, so the build cache carries over):
+  ``scripts/verify_go_series.py --lint`` (builds, ``go vet`` and ``gofmt -l`` of the touched
+  packages, ``sqlc generate`` v1.30.0 leaves the tree byte-identical, golangci-lint at main's pin
+  with main's ``go/.golangci.yaml``);
+* ``go-tests``: kagent's own Go tests of the touched packages and the PRs' new tests, ``go test
+  -race``, on BASE + all the Go patches in order (the dbtest seam, 0001, is what lets them run
+  on the embedded PostgreSQL: ``scripts/run_go_db_tests.py``);
+* ``python``: for every patch that touches ``python/``, on BASE + that patch alone, ruff and
+  kagent-adk's unit tests in main's own lock (``uv sync --frozen``, Python 3.13):
+  ``scripts/verify_main_python_pr.py``.
+
+main's ``go.mod`` pins four module versions that the Go module proxy here refuses (403), so
+main itself does not build here unchanged.  ``scripts/kagent_main_modfile.py`` writes a
+substitute ``go.mod`` outside the tree (nearest served versions; packages that need the one
+module with no version served are left out of the build and named), passed as ``GOFLAGS=
+-modfile=...``; every Go line below says so.  Nothing of the substitute enters a patch.
+
+Go needs 1.27: ``GOTOOLCHAIN`` defaults to ``go1.27.3`` (fetched through the module proxy).
+Trees live at fixed paths under ``$VERIFY_KAGENT_MAIN_WORKDIR`` (default
+``$TMPDIR/verify-kagent-main-<uid>``) so the go command's and golangci-lint's caches, keyed by
+directory, stay warm between runs.
+
+Usage::
+
+    python scripts/verify_kagent_main.py --src /path/to/kagent [--step apply|go|go-tests|python]...
+
+Exit status: 0 every step that ran passed; 1 a step failed; 2 bad arguments; 3 nothing could
+run (no kagent source holding BASE) -- "KAGENT MAIN VERIFICATION NOT RUN".
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+SERIES = REPO / "patches" / "kagent-main"
+SCRIPTS = REPO / "scripts"
+STEPS = ("apply", "go", "go-tests", "python")
+GOTOOLCHAIN = "go1.27.3"
+IDENTITY = ["-c", "user.name=verify", "-c", "user.email=verify@localhost"]
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NOT_RUN = 0, 1, 2, 3
+
+
+def base_commit() -> str:
+    return (SERIES / "BASE").read_text().split()[0]
+
+
+def patches() -> list[Path]:
+    return sorted(SERIES.glob("[0-9][0-9][0-9][0-9]-*.patch"))
+
+
+def touched(patch: Path) -> set[str]:
+    """Top-level directories of kagent a patch changes (from its diff headers)."""
+    tops: set[str] = set()
+    for line in patch.read_text().splitlines():
+        if line.startswith("diff --git a/"):
+            tops.add(line.split()[2][2:].split("/", 1)[0])
+    return tops
+
+
+def run(cmd: list[str], cwd: Path | None = None, env: dict[str, str] | None = None,
+        timeout: float = 3600) -> tuple[int, str, float]:
+    started = time.monotonic()
+    done = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=timeout, check=False)
+    return done.returncode, done.stdout + done.stderr, time.monotonic() - started
+
+
+class Report:
+    def __init__(self) -> None:
+        self.failed: list[str] = []
+        self.ran = 0
+
+    def line(self, status: str, step: str, what: str, secs: float = 0.0,
+             out: str = "") -> None:
+        print(f"{status:7} {step:9} {secs:7.1f}s  {what}", flush=True)
+        if status == "FAIL":
+            self.failed.append(f"{step}: {what}")
+            if out:
+                print("\n".join("    " + x for x in out.rstrip().splitlines()[-60:]), flush=True)
+        if status in ("PASS", "FAIL"):
+            self.ran += 1
+
+
+def fresh_tree(src: Path, path: Path, base: str) -> None:
+    """A clone of ``src`` at ``base`` at a fixed ``path`` (reused when it is one already)."""
+    if (path / ".git").is_dir():
+        subprocess.run(["git", "-C", str(path), "am", "--abort"], capture_output=True,
+                       check=False)
+        subprocess.run(["git", "-C", str(path), "checkout", "-q", "-f", "--detach", base],
+                       check=True, capture_output=True)
+        # python/.venv: main's own lock installed by uv, kept between runs
+        subprocess.run(["git", "-C", str(path), "clean", "-q", "-fdx", "-e", "python/.venv"],
+                       check=True, capture_output=True)
+        return
+    if path.exists():
+        shutil.rmtree(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["git", "clone", "-q", "--shared", "--no-checkout", str(src), str(path)],
+                   check=True, capture_output=True)
+    subprocess.run(["git", "-C", str(path), "checkout", "-q", "--detach", base], check=True,
+                   capture_output=True)
+
+
+def apply(tree: Path, series: list[Path]) -> tuple[int, str, float]:
+    return run(["git", *IDENTITY, "-C", str(tree), "am", "-q", "--keep-cr",
+                *map(str, series)])
+
+
+def step_apply(rep: Report, src: Path, work: Path, base: str) -> None:
+    for patch in patches():
+        tree = work / "alone"
+        fresh_tree(src, tree, base)
+        code, out, secs = apply(tree, [patch])
+        rep.line("PASS" if code == 0 else "FAIL", "apply",
+                 f"{patch.name} alone on {base[:9]}", secs, out)
+    tree = work / "series"
+    fresh_tree(src, tree, base)
+    code, out, secs = apply(tree, patches())
+    rep.line("PASS" if code == 0 else "FAIL", "apply",
+             f"all {len(patches())} patches in order on {base[:9]}", secs, out)
+
+
+def go_env(work: Path, tree: Path, rep: Report) -> dict[str, str] | None:
+    """The environment for Go on ``tree``: toolchain 1.27 and the substitute modfile."""
+    env = {**os.environ, "GOTOOLCHAIN": os.environ.get("GOTOOLCHAIN", GOTOOLCHAIN)}
+    out_dir = work / "modfile" / tree.name
+    code, out, secs = run([sys.executable, str(SCRIPTS / "kagent_main_modfile.py"),
+                           "--tree", str(tree), "--out", str(out_dir)], env=env)
+    if code != 0:
+        rep.line("FAIL", "modfile", f"substitute go.mod for {tree.name}", secs, out)
+        return None
+    print("\n".join("    " + x for x in out.rstrip().splitlines()), flush=True)
+    env["GOFLAGS"] = f"-modfile={out_dir / 'go.mod'} -mod=mod"
+    return env
+
+
+def step_go(rep: Report, src: Path, work: Path, base: str, lint: bool) -> None:
+    for patch in patches():
+        if "go" not in touched(patch):
+            continue
+        # one tree path for every PR: the go command keys a package's build by its directory,
+        # so the second PR rebuilds only what differs from the first
+        tree = work / "alone"
+        fresh_tree(src, tree, base)
+        code, out, secs = apply(tree, [patch])
+        if code != 0:
+            rep.line("FAIL", "go", f"{patch.name}: does not apply", secs, out)
+            continue
+        env = go_env(work, tree, rep)
+        if env is None:
+            continue
+        cmd = [sys.executable, str(SCRIPTS / "verify_go_series.py"), "--tree", str(tree),
+               "--base", base, "--build-list", str(work / "modfile" / tree.name / "build-list")]
+        if lint:
+            cmd.append("--lint")
+        env["VERIFY_GO_SERIES_WORKDIR"] = str(work / "verify-go-series")
+        code, out, secs = run(cmd, env=env)
+        print("\n".join("    " + x for x in out.rstrip().splitlines()
+                        if x.startswith(("PASS", "FAIL", "SKIP", "SUMMARY", "  FAILED",
+                                         "verify_go_series:"))), flush=True)
+        rep.line("PASS" if code == 0 else ("NOT RUN" if code == 3 else "FAIL"), "go",
+                 f"{patch.name} alone: build (substitute modfile), vet, gofmt, sqlc, "
+                 f"golangci-lint{'' if lint else ' NOT RUN (--no-lint)'}", secs, out)
+
+
+def step_go_tests(rep: Report, src: Path, work: Path, base: str) -> None:
+    go_patches = [p for p in patches() if "go" in touched(p)]
+    tree = work / "go-series"
+    fresh_tree(src, tree, base)
+    code, out, secs = apply(tree, go_patches)
+    if code != 0:
+        rep.line("FAIL", "go-tests", "the Go patches do not apply in order", secs, out)
+        return
+    env = go_env(work, tree, rep)
+    if env is None:
+        return
+    cmd = [sys.executable, str(SCRIPTS / "run_go_db_tests.py"), "--tree", str(tree)]
+    for pattern in ("./core/internal/dbtest/...", "./core/pkg/migrations/...",
+                    "./core/internal/database/...", "./core/internal/service/memory/...",
+                    "./adk/pkg/memory/..."):
+        cmd += ["--package", pattern]
+    code, out, secs = run(cmd, env=env)
+    print("\n".join("    " + x for x in out.rstrip().splitlines()[-40:]), flush=True)
+    rep.line("PASS" if code == 0 else ("NOT RUN" if code == 3 else "FAIL"), "go-tests",
+             f"go test -race of the touched packages on {len(go_patches)} Go patches in "
+             "order (embedded PostgreSQL, substitute modfile)", secs, out)
+
+
+def step_python(rep: Report, src: Path, work: Path, base: str) -> None:
+    for patch in patches():
+        if "python" not in touched(patch):
+            continue
+        tree = work / f"alone-{patch.name[:4]}"
+        fresh_tree(src, tree, base)
+        code, out, secs = apply(tree, [patch])
+        if code != 0:
+            rep.line("FAIL", "python", f"{patch.name}: does not apply", secs, out)
+            continue
+        code, out, secs = run([sys.executable, str(SCRIPTS / "verify_main_python_pr.py"),
+                               "--tree", str(tree)])
+        print("\n".join("    " + x for x in out.rstrip().splitlines()[-25:]), flush=True)
+        status = "PASS" if code == 0 else ("NOT RUN" if code == 3 else "FAIL")
+        rep.line(status, "python", f"{patch.name} alone: ruff and kagent-adk's unit tests "
+                 "in main's lock (Python 3.13)", secs, out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--src", type=Path, default=os.environ.get("KGM_KAGENT_SRC") or None,
+                    help="a kagent clone or git directory holding BASE (default $KGM_KAGENT_SRC)")
+    ap.add_argument("--step", action="append", choices=STEPS, dest="steps",
+                    help="run only these steps (default: all)")
+    ap.add_argument("--no-lint", action="store_true", help="skip golangci-lint (said so)")
+    args = ap.parse_args(argv)
+    base = base_commit()
+    if not patches():
+        print(f"verify_kagent_main: no patch in {SERIES}", file=sys.stderr)
+        return EXIT_USAGE
+    if args.src is None or not Path(args.src).exists():
+        print("KAGENT MAIN VERIFICATION NOT RUN: no kagent source (set KGM_KAGENT_SRC or "
+              "--src to a kagent clone holding " + base + ")")
+        return EXIT_NOT_RUN
+    src = Path(args.src)
+    if run(["git", "-C", str(src), "cat-file", "-e", base + "^{commit}"])[0] != 0:
+        print(f"KAGENT MAIN VERIFICATION NOT RUN: {src} does not hold {base}")
+        return EXIT_NOT_RUN
+    work = Path(os.environ.get("VERIFY_KAGENT_MAIN_WORKDIR")
+                or Path(tempfile.gettempdir()) / f"verify-kagent-main-{os.getuid()}")
+    work.mkdir(parents=True, exist_ok=True)
+    steps = args.steps or list(STEPS)
+    print(f"verify_kagent_main: {len(patches())} patches, base {base[:12]}, work {work}, "
+          f"steps {', '.join(steps)}", flush=True)
+    rep = Report()
+    started = time.monotonic()
+    if "apply" in steps:
+        step_apply(rep, src, work, base)
+    if ("go" in steps or "go-tests" in steps) and shutil.which("go") is None:
+        rep.line("NOT RUN", "go", "GO VERIFICATION NOT RUN: go not found on PATH")
+    else:
+        if "go" in steps:
+            step_go(rep, src, work, base, lint=not args.no_lint)
+        if "go-tests" in steps:
+            step_go_tests(rep, src, work, base)
+    if "python" in steps:
+        step_python(rep, src, work, base)
+    print(f"SUMMARY: {rep.ran} checks ran, {len(rep.failed)} failed; "
+          f"{time.monotonic() - started:.0f}s")
+    for failure in rep.failed:
+        print(f"  FAILED {failure}")
+    if rep.failed:
+        return EXIT_FAILED
+    return EXIT_OK if rep.ran else EXIT_NOT_RUN
+
+
+if __name__ == "__main__":
+    sys.exit(main())
