@@ -67,10 +67,9 @@ def substitute(go_mod: str) -> tuple[str, list[str]]:
     """Return the substitute go.mod text and one line per change made."""
     changes: list[str] = []
     for mod, (pinned, served) in SUBSTITUTES.items():
-        pattern = re.compile(rf"^(\s*(?:require\s+)?){re.escape(mod)}\s+{re.escape(pinned)}\b",
-                             re.MULTILINE)
-        go_mod, count = pattern.subn(lambda m, mod=mod, served=served: f"{m.group(1)}{mod} {served}",
-                                     go_mod)
+        pattern = re.compile(
+            rf"^(\s*(?:require\s+)?){re.escape(mod)}\s+{re.escape(pinned)}(?=\s|$)", re.MULTILINE)
+        go_mod, count = pattern.subn(rf"\g<1>{mod} {served}", go_mod)
         if count == 0:
             raise SystemExit(f"kagent_main_modfile: {mod} {pinned} is not pinned by this go.mod; "
                              "update SUBSTITUTES")
