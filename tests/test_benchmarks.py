@@ -278,3 +278,21 @@ async def test_scaling_step_at_a_tiny_size(database):
     m = await scaling.measure_step(app, admin, 4, queries, 5, 1)
     assert m["recall"] == 1.0 and m["median"] > 0 and m["buffers_per_search"] > 0
     assert set(await scaling.sizes(admin)) == {"heap_mb", "toast_mb", "total_mb"}
+
+
+# -- issue 29: the floor (governance against the same work by hand), at a tiny size ----------
+
+
+async def test_floor_benchmark_at_a_tiny_size(database):
+    """benchmarks/floor.py: the plain copies return the governed rows (checked inside), every
+    row is timed, and the table states both ratios against their targets."""
+    floor = _load("kgm_benchmarks_floor", "floor.py")
+    size = bench.Size("tiny", scopes=4, facts=10, scaling=(), search_iters=12, warmup=2,
+                      recall_queries=8, save_iters=8)
+    result = await floor.run_floor(database.owner_dsn, database.dsn, database.admin_dsn, size)
+    assert set(result["search"]) == {"select1", "plain", "plain_fn", "governed_sql", "governed"}
+    assert all(s["n"] == 12 and s["median"] > 0 for s in result["search"].values())
+    assert {k: s["n"] for k, s in result["save"].items()} == {"plain_insert": 8,
+                                                               "governed_save": 8}
+    table = floor.render(result)
+    assert "governed search / plain:" in table and "governed save / plain insert:" in table
