@@ -14,8 +14,10 @@ Where each pinned remote plugin comes from (the versions are read from the tree'
 and must equal the pins below, else the script stops with NOT RUN):
 
   buf v1.72.0 (top-level Makefile BUF_VERSION)  go install github.com/bufbuild/buf/cmd/buf
-  buf.build/protocolbuffers/go:v1.36.11         go install google.golang.org/protobuf/cmd/protoc-gen-go
-  buf.build/grpc/go:v1.6.2                      go install google.golang.org/grpc/cmd/protoc-gen-go-grpc
+  buf.build/protocolbuffers/go:v1.36.11         go install (google.golang.org/protobuf)
+                                                cmd/protoc-gen-go
+  buf.build/grpc/go:v1.6.2                      go install (google.golang.org/grpc)
+                                                cmd/protoc-gen-go-grpc
   buf.build/bufbuild/es:v2.13.0                 npm @bufbuild/protoc-gen-es@2.13.0
   buf.build/protocolbuffers/python:v33.5, pyi   protoc 33.5 built-ins (Maven Central
                                                 com.google.protobuf:protoc:4.33.5:exe:linux-x86_64)
@@ -32,6 +34,7 @@ Exit codes: 0 ok; 1 --check found drift (or lint/breaking failed); 2 bad usage o
 unexpected template; 3 "NOT RUN: <what is missing>" when a tool cannot be had.
 Stdlib only.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -42,12 +45,18 @@ import subprocess
 import sys
 import tempfile
 import zipfile
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 GO_TOOLCHAIN = os.environ.get("KAGENT_PROTOGEN_GOTOOLCHAIN", "go1.27.3")
 BUF = ("github.com/bufbuild/buf/cmd/buf", "v1.72.0")
 GO_PLUGINS = {
-    "protocolbuffers/go": ("protoc-gen-go", "google.golang.org/protobuf/cmd/protoc-gen-go", "v1.36.11"),
+    "protocolbuffers/go": (
+        "protoc-gen-go",
+        "google.golang.org/protobuf/cmd/protoc-gen-go",
+        "v1.36.11",
+    ),
     "grpc/go": ("protoc-gen-go-grpc", "google.golang.org/grpc/cmd/protoc-gen-go-grpc", "v1.6.2"),
 }
 ES = ("bufbuild/es", "@bufbuild/protoc-gen-es", "2.13.0")
@@ -132,14 +141,16 @@ def log(msg: str) -> None:
     print(f"protogen: {msg}", file=sys.stderr, flush=True)
 
 
-def run(cmd, **kw):
+def run(cmd: Sequence[object], **kw: Any) -> subprocess.CompletedProcess[Any]:
     log("$ " + " ".join(str(c) for c in cmd))
-    return subprocess.run([str(c) for c in cmd], **kw)
+    return subprocess.run([str(c) for c in cmd], check=False, **kw)
 
 
-def tool_output(cmd) -> str:
+def tool_output(cmd: Sequence[object]) -> str:
     try:
-        p = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, timeout=120)
+        p = subprocess.run(
+            [str(c) for c in cmd], check=False, capture_output=True, text=True, timeout=120
+        )
     except (OSError, subprocess.TimeoutExpired):
         return ""
     return (p.stdout + p.stderr).strip()
@@ -184,8 +195,18 @@ class Tools:
             self._need(f"{pkg}@{version}", self.install, "not in cache and --no-install given")
             self._need(f"{pkg}@{version}", shutil.which("npm") is not None, "no npm command")
             prefix.mkdir(parents=True, exist_ok=True)
-            p = run(["npm", "install", "--prefix", prefix, "--no-audit", "--no-fund",
-                     "--save-exact", f"{pkg}@{version}"])
+            p = run(
+                [
+                    "npm",
+                    "install",
+                    "--prefix",
+                    prefix,
+                    "--no-audit",
+                    "--no-fund",
+                    "--save-exact",
+                    f"{pkg}@{version}",
+                ]
+            )
             self._need(f"{pkg}@{version}", p.returncode == 0 and exe.exists(), "npm install failed")
         got = tool_output([exe, "--version"])
         self._need(f"{pkg}@{version}", version in got, f"--version said {got!r}")
@@ -196,18 +217,33 @@ class Tools:
         exe = self.cache / f"protoc-{version}" / "protoc"
         if not exe.exists():
             self._need(f"protoc {version}", self.install, "not in cache and --no-install given")
-            self._need(f"protoc {version} ({artifact})", shutil.which("mvn") is not None, "no mvn command")
+            self._need(
+                f"protoc {version} ({artifact})", shutil.which("mvn") is not None, "no mvn command"
+            )
             out = exe.parent
             out.mkdir(parents=True, exist_ok=True)
-            p = run(["mvn", "-q", "dependency:copy", f"-Dartifact={artifact}",
-                     f"-DoutputDirectory={out}", "-Dmdep.stripClassifier=false"])
+            p = run(
+                [
+                    "mvn",
+                    "-q",
+                    "dependency:copy",
+                    f"-Dartifact={artifact}",
+                    f"-DoutputDirectory={out}",
+                    "-Dmdep.stripClassifier=false",
+                ]
+            )
             found = sorted(out.glob("protoc-*.exe"))
-            self._need(f"protoc {version} ({artifact})", p.returncode == 0 and bool(found),
-                       "mvn dependency:copy failed")
+            self._need(
+                f"protoc {version} ({artifact})",
+                p.returncode == 0 and bool(found),
+                "mvn dependency:copy failed",
+            )
             found[0].rename(exe)
             exe.chmod(0o755)
         got = tool_output([exe, "--version"])
-        self._need(f"protoc {version}", got == f"libprotoc {version}", f"protoc --version said {got!r}")
+        self._need(
+            f"protoc {version}", got == f"libprotoc {version}", f"protoc --version said {got!r}"
+        )
         return exe
 
     def _venv(self, name: str) -> Path:
@@ -222,12 +258,19 @@ class Tools:
     def grpc_python(self) -> Path:
         _, pkg, version = GRPC_PYTHON
         py = self._venv(f"grpcio-tools-{version}")
-        probe = [py, "-c", "import grpc_tools, importlib.metadata as m; print(m.version('grpcio-tools'))"]
+        probe = [
+            py,
+            "-c",
+            "import grpc_tools, importlib.metadata as m; print(m.version('grpcio-tools'))",
+        ]
         if tool_output(probe) != version:
             self._need(f"{pkg}=={version}", self.install, "not in cache and --no-install given")
             p = run([py, "-m", "pip", "install", "-q", f"{pkg}=={version}"])
-            self._need(f"{pkg}=={version}", p.returncode == 0 and tool_output(probe) == version,
-                       "pip install failed")
+            self._need(
+                f"{pkg}=={version}",
+                p.returncode == 0 and tool_output(probe) == version,
+                "pip install failed",
+            )
         script = py.parent.parent / "protoc-gen-grpc_python.py"
         script.write_text(GRPC_PYTHON_PLUGIN.lstrip(), encoding="utf-8")
         exe = py.parent.parent / "protoc-gen-grpc_python"
@@ -243,7 +286,19 @@ class Tools:
         self._need(f"{pkg}=={version}", self.install, "not in cache and --no-install given")
         dl = self.cache / "downloads"
         dl.mkdir(parents=True, exist_ok=True)
-        p = run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", dl, f"{pkg}=={version}"])
+        p = run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "-q",
+                "--no-deps",
+                "-d",
+                dl,
+                f"{pkg}=={version}",
+            ]
+        )
         wheels = sorted(dl.glob(f"{pkg.replace('-', '_')}-{version}-*.whl"))
         self._need(f"{pkg}=={version}", p.returncode == 0 and bool(wheels), "pip download failed")
         tmp = root.with_name(root.name + ".tmp")
@@ -259,7 +314,7 @@ class Tools:
 # ---------------------------------------------------------------- templates
 
 
-def translate_gen(text: str, tree: Path, plugins: dict) -> str:
+def translate_gen(text: str, tree: Path, plugins: dict[str, tuple[str, Path, str]]) -> str:
     """Turn the tree's buf.gen.yaml (remote plugins, input ".") into a workspace template."""
     out_lines = []
     section = None
@@ -318,7 +373,9 @@ def translate_gen(text: str, tree: Path, plugins: dict) -> str:
             if m:
                 out_lines.append(f"{pad}out: {(tree / 'proto' / m.group(1)).resolve()}")
                 continue
-            if re.fullmatch(r"(opt|types|exclude_types):|include_imports: (true|false)|- \S+", stripped):
+            if re.fullmatch(
+                r"(opt|types|exclude_types):|include_imports: (true|false)|- \S+", stripped
+            ):
                 out_lines.append(line)
                 continue
             raise BadTemplate(f"unsupported plugins line: {stripped}")
@@ -329,7 +386,7 @@ def translate_gen(text: str, tree: Path, plugins: dict) -> str:
 def translate_buf_yaml(text: str) -> str:
     """The tree's single-module buf.yaml (deps: googleapis) as a two-module workspace."""
     blocks: dict[str, list[str]] = {}
-    key = None
+    key = ""
     for raw in text.splitlines():
         line = raw.rstrip()
         if not line.strip() or line.lstrip().startswith("#"):
@@ -337,6 +394,8 @@ def translate_buf_yaml(text: str) -> str:
         if not line.startswith(" "):
             key, _, rest = line.partition(":")
             blocks[key] = [rest.strip()] if rest.strip() else []
+        elif not key:
+            raise BadTemplate("proto/buf.yaml starts with an indented line")
         else:
             blocks.setdefault(key, []).append(line)
     if blocks.get("version") != ["v2"]:
@@ -383,24 +442,39 @@ def make_workspace(ws: Path, proto_dir: Path, googleapis: Path) -> None:
 def generated_paths(tree: Path) -> list[str]:
     mk = tree / "Makefile"
     if mk.exists():
-        m = re.search(r"^PROTO_GENERATED_PATHS\s*:?=\s*(.+)$", mk.read_text(encoding="utf-8"), re.M)
+        m = re.search(
+            r"^PROTO_GENERATED_PATHS\s*:?=\s*(.+)$", mk.read_text(encoding="utf-8"), re.MULTILINE
+        )
         if m:
             return m.group(1).split()
     return DEFAULT_GENERATED
 
 
-def main(argv=None) -> int:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--tree", required=True, type=Path, help="kagent work tree (has proto/buf.gen.yaml)")
-    ap.add_argument("--cache", type=Path,
-                    default=Path.home() / ".cache" / "kagent-governed-memory" / "protogen")
-    ap.add_argument("--check", action="store_true",
-                    help="fail when the generated folders differ from git after generation (make proto-check)")
+    ap.add_argument(
+        "--tree", required=True, type=Path, help="kagent work tree (has proto/buf.gen.yaml)"
+    )
+    ap.add_argument(
+        "--cache", type=Path, default=Path.home() / ".cache" / "kagent-governed-memory" / "protogen"
+    )
+    ap.add_argument(
+        "--check",
+        action="store_true",
+        help="fail when the generated folders differ from git after generation (make proto-check)",
+    )
     ap.add_argument("--lint", action="store_true", help="also run buf lint (make proto-lint)")
-    ap.add_argument("--breaking-against", metavar="REF",
-                    help="also run buf breaking against proto/ at this git ref of the tree")
-    ap.add_argument("--no-install", action="store_true", help="use only what is already in the cache")
-    ap.add_argument("--keep-workspace", action="store_true", help="print and keep the temporary buf workspace")
+    ap.add_argument(
+        "--breaking-against",
+        metavar="REF",
+        help="also run buf breaking against proto/ at this git ref of the tree",
+    )
+    ap.add_argument(
+        "--no-install", action="store_true", help="use only what is already in the cache"
+    )
+    ap.add_argument(
+        "--keep-workspace", action="store_true", help="print and keep the temporary buf workspace"
+    )
     args = ap.parse_args(argv)
     tree = args.tree.resolve()
     if not (tree / "proto" / "buf.gen.yaml").exists():
@@ -410,7 +484,9 @@ def main(argv=None) -> int:
         tools = Tools(args.cache.expanduser().resolve(), install=not args.no_install)
         buf = tools.buf()
         protoc = tools.protoc()
-        plugins = {name: ("local", tools.go_tool(n, pkg, v), v) for name, (n, pkg, v) in GO_PLUGINS.items()}
+        plugins = {
+            name: ("local", tools.go_tool(n, pkg, v), v) for name, (n, pkg, v) in GO_PLUGINS.items()
+        }
         plugins[ES[0]] = ("local", tools.es(), ES[2])
         for name, builtin in PROTOC_BUILTINS.items():
             plugins[name] = (builtin, protoc, PROTOC[0])
@@ -420,7 +496,9 @@ def main(argv=None) -> int:
         try:
             ws = tmp / "ws"
             make_workspace(ws, tree / "proto", googleapis)
-            gen = translate_gen((tree / "proto" / "buf.gen.yaml").read_text(encoding="utf-8"), tree, plugins)
+            gen = translate_gen(
+                (tree / "proto" / "buf.gen.yaml").read_text(encoding="utf-8"), tree, plugins
+            )
             (ws / "buf.gen.yaml").write_text(gen, encoding="utf-8")
             rc = 0
             if args.lint:
@@ -432,15 +510,23 @@ def main(argv=None) -> int:
             if args.breaking_against:
                 against_src = tmp / "against-src"
                 against_src.mkdir()
-                arch = subprocess.run(["git", "-C", str(tree), "archive", args.breaking_against, "proto"],
-                                      capture_output=True)
+                arch = subprocess.run(
+                    ["git", "-C", str(tree), "archive", args.breaking_against, "proto"],
+                    check=False,
+                    capture_output=True,
+                )
                 if arch.returncode != 0:
                     print(arch.stderr.decode(), file=sys.stderr)
                     return 2
                 subprocess.run(["tar", "-x", "-C", str(against_src)], input=arch.stdout, check=True)
                 against = tmp / "against"
                 make_workspace(against, against_src / "proto", googleapis)
-                if run([buf, "breaking", "proto", "--against", against / "proto"], cwd=ws).returncode != 0:
+                if (
+                    run(
+                        [buf, "breaking", "proto", "--against", against / "proto"], cwd=ws
+                    ).returncode
+                    != 0
+                ):
                     log(f"buf breaking against {args.breaking_against}: FAILED")
                     rc = 1
                 else:
@@ -456,8 +542,12 @@ def main(argv=None) -> int:
                 shutil.rmtree(tmp, ignore_errors=True)
         if args.check:
             paths = generated_paths(tree)
-            st = subprocess.run(["git", "-C", str(tree), "status", "--porcelain", "--", *paths],
-                                capture_output=True, text=True, check=True).stdout
+            st = subprocess.run(
+                ["git", "-C", str(tree), "status", "--porcelain", "--", *paths],
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout
             if st.strip():
                 print("Generated protobuf files are out of date:")
                 print(st, end="")
