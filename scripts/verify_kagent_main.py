@@ -181,7 +181,8 @@ def lint_binary(rep: Report) -> Path | None:
     for cmd in (["go", "mod", "edit", f"-require=golang.org/x/tools@{LINT_XTOOLS}"],
                 ["go", "mod", "tidy"],
                 ["go", "build", "-o", str(binary), "-ldflags",
-                 f"-X main.version={LINT_VERSION}", "./cmd/golangci-lint"]):
+                 f"-X main.version={LINT_VERSION} -X main.date=rebuilt-with-x/tools-{LINT_XTOOLS}",
+                 "./cmd/golangci-lint"]):
         code, out, _ = run(cmd, cwd=build_dir, env=env)
         if code != 0:
             rep.line("FAIL", "lint", f"building golangci-lint: {' '.join(cmd[:3])}", 0, out)
@@ -231,14 +232,18 @@ def step_probe(rep: Report, tree: Path, env: dict[str, str]) -> None:
                            str(tree)], env=env)
     if code == 0:
         probe = "./core/internal/zz_grpcserverprobe/"
-        code, out, secs = run(["go", "test", "-race", "-count=1", probe], cwd=tree / "go",
-                              env=env)
+        code, out, secs = run(["go", "test", "-race", "-count=1", "-v", probe],
+                              cwd=tree / "go", env=env)
+        ran = out.count("--- PASS: ")
+        if code == 0 and ran == 0:
+            code, out = 1, out + "\nno interceptor test ran"
         if code == 0:
             code, vet_out, _ = run(["go", "vet", probe], cwd=tree / "go", env=env)
             out += vet_out
     shutil.rmtree(tree / "go/core/internal/zz_grpcserverprobe", ignore_errors=True)
     rep.line("PASS" if code == 0 else "FAIL", "go-tests",
-             "grpcserver's interceptor tests (0003) with -race and vet, on a copy of "
+             f"grpcserver's interceptor tests (0003: {out.count('--- PASS: ')} passed) with "
+             "-race and vet, on a copy of "
              "interceptors.go outside the package (the package needs substrate)", secs, out)
     rep.line("NOT RUN", "go-tests", "go vet, golangci-lint and go test of "
              "./core/internal/grpcserver in place: it imports github.com/kagent-dev/substrate "

@@ -1,0 +1,157 @@
+"""The upstream path on kagent ``main``: ``patches/kagent-main/`` (small standalone PRs + the EP).
+
+The form checks need nothing but this repository.  The rest runs
+``scripts/verify_kagent_main.py`` once per step against the kagent source of
+``go_controller.kagent_source()`` (``$KGM_KAGENT_SRC``, default this workplace's mirror):
+every patch applies alone and all in order; each Go PR alone builds, vets, is gofmt-clean,
+regenerates with sqlc and passes golangci-lint at main's pins; kagent's Go tests of the touched
+packages pass with ``-race`` on the embedded PostgreSQL; the Python PR passes ruff and
+kagent-adk's unit tests in main's own lock.  Missing Go, Python 3.13 or kagent's source is
+reported as NOT RUN (a skip with the reason in pytest's summary), never as a pass.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from go_controller import Unavailable, kagent_source
+from tmp_guard import original_tmpdir
+
+REPO = Path(__file__).resolve().parent.parent
+SERIES = REPO / "patches" / "kagent-main"
+PR_TEXTS = REPO / "upstream-pr" / "kagent-main"
+EP_PATH = "design/EP-XXXX-governed-memory.md"
+# kagent's EP template (design/template.md at BASE): the sections an EP fills in.
+EP_SECTIONS = ("## Background", "## Motivation", "### Goals", "### Non-Goals",
+               "## Implementation Details", "### Test Plan", "## Alternatives",
+               "## Open Questions")
+AUTHOR = "kagent-governed-memory maintainers"
+
+
+def _patches() -> list[Path]:
+    return sorted(SERIES.glob("[0-9][0-9][0-9][0-9]-*.patch"))
+
+
+def _added_file(patch: Path, path: str) -> str:
+    """The text a patch adds as the new file ``path`` (its '+' lines)."""
+    text = patch.read_text()
+    start = text.index(f"+++ b/{path}\n")
+    body = text[start:].split("\n", 1)[1].split("\ndiff --git ", 1)[0]
+    hunk = body.split("\n", 1)[1]  # drop the @@ line
+    return "\n".join(line[1:] for line in hunk.splitlines() if line.startswith("+"))
+
+
+def test_series_names_its_base_and_every_patch_is_a_standalone_pr() -> None:
+    base = (SERIES / "BASE").read_text().split()[0]
+    assert re.fullmatch(r"[0-9a-f]{40}", base), base
+    found = _patches()
+    # the small PRs and the EP, then the governed series from 0010
+    assert [p.name[:4] for p in found][:5] == ["0001", "0002", "0003", "0004", "0005"], found
+    assert all(p.name[:4] >= "0010" for p in found[5:]), found
+    readme = (SERIES / "README.md").read_text()
+    for patch in found:
+        text = patch.read_text()
+        assert text.startswith("From 0000000000000000000000000000000000000000 "), patch.name
+        assert f"From: {AUTHOR}" in text, patch.name
+        # one PR each: "[PATCH]", not "[PATCH n/m]", and the base recorded for git am -3
+        assert re.search(r"^Subject: \[PATCH\] \w+(\([\w-]+\))?!?: ", text, re.M), patch.name
+        assert f"base-commit: {base}" in text, patch.name
+        assert "Signed-off-by" not in text, patch.name
+        assert patch.name in readme, f"{patch.name} missing from patches/kagent-main/README.md"
+        texts = sorted(PR_TEXTS.glob(f"{patch.name[2:4]}-*.md"))
+        assert len(texts) == 1, f"{patch.name}: expected one PR text, found {texts}"
+        words = len(texts[0].read_text().split())
+        assert words < 500, f"{texts[0].name}: {words} words (a PR text stays under 500)"
+        assert texts[0].name in readme, f"{texts[0].name} missing from the README's table"
+
+
+def test_the_enhancement_proposal_is_in_the_series_in_kagents_template() -> None:
+    (ep_patch,) = [p for p in _patches() if f"+++ b/{EP_PATH}" in p.read_text()]
+    assert "/dev/null" in ep_patch.read_text().split(f"+++ b/{EP_PATH}")[0][-200:]
+    ep = _added_file(ep_patch, EP_PATH)
+    positions = [ep.find(f"\n{section}\n") for section in EP_SECTIONS]
+    assert -1 not in positions, [s for s, p in zip(EP_SECTIONS, positions) if p < 0]
+    assert positions == sorted(positions), "the EP's sections are out of the template's order"
+    words = len(ep.split())
+    assert 1000 < words < 2600, f"the EP has {words} words: short enough for one sitting"
+    # what the issue asks the EP to cover, in plain words
+    for needle in ("issuer", "subject", "GovernedMemoryService", "TokenReview",
+                   "SET search_path FROM CURRENT", "SECURITY DEFINER", "TestSchemaAgnosticSQL",
+                   "off by default", "Rollout", "Threat", "ErrorInfo"):
+        assert needle.lower() in ep.lower(), f"the EP does not cover {needle!r}"
+    # it names the problems at main by file and line
+    assert len(re.findall(r"\.(?:go|py|sql):\d+", ep)) >= 6
+
+
+_OUTPUTS: dict[str, str] = {}
+
+
+def _verify(step: str) -> str:
+    """``verify_kagent_main.py --step STEP``'s output, run once per pytest session."""
+    if step not in _OUTPUTS:
+        _OUTPUTS[step] = _run_step(step)
+    return _OUTPUTS[step]
+
+
+def _run_step(step: str) -> str:
+    try:
+        src = kagent_source()
+    except Unavailable as exc:
+        pytest.skip(f"KAGENT MAIN VERIFICATION NOT RUN ({step}): {exc}")
+    workdir = Path(original_tmpdir()) / f"verify-kagent-main-{os.getuid()}"
+    env = {**os.environ, "VERIFY_KAGENT_MAIN_WORKDIR": str(workdir)}
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, str(REPO / "scripts" / "verify_kagent_main.py"),
+                           "--src", str(src), "--step", step], env=env, capture_output=True,
+                          text=True, timeout=3000, check=False)
+    out = done.stdout + done.stderr
+    print(f"verify_kagent_main --step {step}: exit {done.returncode} in "
+          f"{time.monotonic() - started:.0f} s\n{out[-8000:]}")
+    if done.returncode == 3:
+        reasons = [line for line in out.splitlines() if "NOT RUN" in line]
+        pytest.skip(f"KAGENT MAIN VERIFICATION NOT RUN ({step}): "
+                    + ("; ".join(reasons) or out[-300:]))
+    assert done.returncode == 0, out[-8000:]
+    return out
+
+
+def test_every_patch_applies_alone_and_all_apply_in_order() -> None:
+    out = _verify("apply")
+    assert out.count("PASS    apply") == len(_patches()) + 1, out
+
+
+def test_mains_generated_code_is_reproduced_and_each_proto_pr_lints_and_regenerates() -> None:
+    out = _verify("proto")
+    proto_prs = [p for p in _patches() if "diff --git a/proto/" in p.read_text()]
+    assert out.count("PASS    proto") == 1 + len(proto_prs) >= 2, out
+
+
+def test_each_go_pr_alone_builds_vets_formats_regenerates_and_lints() -> None:
+    out = _verify("go")
+    go_prs = [p for p in _patches() if "diff --git a/go/" in p.read_text()]
+    assert out.count("PASS    go ") == len(go_prs) >= 4, out
+    assert "golangci-lint NOT RUN" not in out, out
+
+
+def test_kagent_go_tests_pass_on_the_go_prs_with_race_on_embedded_postgres() -> None:
+    out = _verify("go-tests")
+    assert out.count("PASS    go-tests") == 2, out  # the packages; grpcserver's interceptors
+
+
+def test_what_cannot_run_here_is_reported_not_run() -> None:
+    """grpcserver needs a module the proxy does not serve: said here, never counted as passed."""
+    out = _verify("go-tests")
+    not_run = [line for line in out.splitlines() if line.startswith("NOT RUN")]
+    assert not_run, "nothing reported NOT RUN: if grpcserver builds here now, test it in place"
+    pytest.skip("KAGENT MAIN: " + "; ".join(line.split(None, 3)[-1] for line in not_run))
+
+
+def test_the_python_pr_passes_ruff_and_kagent_adk_tests_in_mains_lock() -> None:
+    out = _verify("python")
+    assert "PASS    python" in out, out
