@@ -26,6 +26,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -83,6 +84,13 @@ def main(argv: list[str] | None = None) -> int:
                     f"{PACKAGE}/tests"]),
     ]
     print(f"verify_main_python_pr: {python} ({uv})", flush=True)
+    with tempfile.TemporaryDirectory(prefix="verify-main-python-") as tmp:
+        env["TMPDIR"] = tmp  # uv leaves lock files in its temporary directory
+        return _run_steps(steps, python_dir, env)
+
+
+def _run_steps(steps: list[tuple[str, list[str]]], python_dir: Path,
+               env: dict[str, str]) -> int:
     failed = False
     for name, cmd in steps:
         started = time.monotonic()

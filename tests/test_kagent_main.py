@@ -149,7 +149,7 @@ def test_what_cannot_run_here_is_reported_not_run() -> None:
     out = _verify("go-tests")
     not_run = [line for line in out.splitlines() if line.startswith("NOT RUN")]
     assert not_run, "nothing reported NOT RUN: if grpcserver builds here now, test it in place"
-    pytest.skip("KAGENT MAIN: " + "; ".join(line.split(None, 3)[-1] for line in not_run))
+    pytest.skip("KAGENT MAIN: " + "; ".join(line.split(None, 4)[-1] for line in not_run))
 
 
 def test_the_python_pr_passes_ruff_and_kagent_adk_tests_in_mains_lock() -> None:
