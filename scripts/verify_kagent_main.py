@@ -13,6 +13,10 @@ The series is a set of small pull requests, each standalone against the snapshot
 * ``go-tests``: kagent's own Go tests of the touched packages and the PRs' new tests, ``go test
   -race``, on BASE + all the Go patches in order (the dbtest seam, 0001, is what lets them run
   on the embedded PostgreSQL: ``scripts/run_go_db_tests.py``);
+* ``crd``: for every patch that changes the CRDs, on BASE + that patch alone: the API packages'
+  unit tests, and the admission cases of ``tests/kagent_main/`` through kube-apiserver's own
+  defaulting, validation and CEL code (``scripts/kagent_main_crdcheck.py``); kagent's envtest
+  tests need binaries from GitHub and are reported NOT RUN;
 * ``python``: for every patch that touches ``python/``, on BASE + that patch alone, ruff and
   kagent-adk's unit tests in main's own lock (``uv sync --frozen``, Python 3.13):
   ``scripts/verify_main_python_pr.py``.
@@ -48,10 +52,12 @@ import tempfile
 import time
 from pathlib import Path
 
+import kagent_main_crdcheck  # scripts/, beside this file
+
 REPO = Path(__file__).resolve().parent.parent
 SERIES = REPO / "patches" / "kagent-main"
 SCRIPTS = REPO / "scripts"
-STEPS = ("apply", "proto", "go", "go-tests", "python")
+STEPS = ("apply", "proto", "go", "go-tests", "crd", "python")
 GOTOOLCHAIN = "go1.27.3"
 # golangci-lint at main's pin, rebuilt against a newer golang.org/x/tools: the v2.13.0 release
 # links x/tools v0.49.0, whose export-data reader stops at version 4, and go1.27.3 writes
@@ -297,7 +303,7 @@ def step_go_tests(rep: Report, src: Path, work: Path, base: str) -> None:
     cmd = [sys.executable, str(SCRIPTS / "run_go_db_tests.py"), "--tree", str(tree)]
     for pattern in ("./core/internal/dbtest/...", "./core/pkg/migrations/...",
                     "./core/internal/database/...", "./core/internal/service/memory/...",
-                    "./adk/pkg/memory/..."):
+                    "./adk/pkg/memory/...", "./core/internal/controller/translator/agent/..."):
         cmd += ["--package", pattern]
     code, out, secs = run(cmd, env=env)
     print("\n".join("    " + x for x in out.rstrip().splitlines()[-40:]), flush=True)
@@ -305,6 +311,24 @@ def step_go_tests(rep: Report, src: Path, work: Path, base: str) -> None:
              f"go test -race of the touched packages on {len(go_patches)} Go patches in "
              "order (embedded PostgreSQL, substitute modfile)", secs, out)
     step_probe(rep, tree, env)
+
+
+def step_crd(rep: Report, src: Path, work: Path, base: str) -> None:
+    """Each PR that changes the CRDs, alone: its admission cases through kube-apiserver's own
+    validation code (envtest's binaries come from GitHub, unreachable here)."""
+    for patch in patches():
+        if not any("go/api/config/crd/" in x for x in patch.read_text().splitlines()
+                   if x.startswith("diff --git")):
+            continue
+        tree = work / "alone"
+        fresh_tree(src, tree, base)
+        code, out, secs = apply(tree, [patch])
+        env = go_env(work, tree, rep) if code == 0 else None
+        if env is not None:
+            for status, what, secs, out in kagent_main_crdcheck.verify(tree, env):
+                rep.line(status, "crd", f"{patch.name} alone: {what}", secs, out)
+        elif code != 0:
+            rep.line("FAIL", "crd", f"{patch.name}: does not apply", secs, out)
 
 
 def step_python(rep: Report, src: Path, work: Path, base: str) -> None:
@@ -364,6 +388,8 @@ def main(argv: list[str] | None = None) -> int:
             step_go(rep, src, work, base, lint=not args.no_lint)
         if "go-tests" in steps:
             step_go_tests(rep, src, work, base)
+        if "crd" in steps:
+            step_crd(rep, src, work, base)
     if "python" in steps:
         step_python(rep, src, work, base)
     print(f"SUMMARY: {rep.ran} checks ran, {len(rep.failed)} failed; "

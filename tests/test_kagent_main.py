@@ -152,6 +152,16 @@ def test_what_cannot_run_here_is_reported_not_run() -> None:
     pytest.skip("KAGENT MAIN: " + "; ".join(line.split(None, 4)[-1] for line in not_run))
 
 
+def test_each_crd_pr_admits_and_refuses_as_its_cases_say() -> None:
+    """0014's admission cases (tests/kagent_main/) through kube-apiserver's validation code, and
+    the API packages' unit tests; kagent's envtest tests are said NOT RUN, never passed."""
+    out = _verify("crd")
+    crd_prs = [p for p in _patches() if "diff --git a/go/api/config/crd/" in p.read_text()]
+    assert out.count("PASS    crd") == 2 * len(crd_prs) >= 2, out
+    assert out.count("NOT RUN crd") == len(crd_prs), out
+    assert re.search(r"PASS    crd .* (\d+) admission cases", out), out
+
+
 def test_the_python_pr_passes_ruff_and_kagent_adk_tests_in_mains_lock() -> None:
     out = _verify("python")
     assert "PASS    python" in out, out

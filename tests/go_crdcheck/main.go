@@ -3,8 +3,9 @@
 // tests/test_chart.py copies it into a kagent tree (for kagent's pinned
 // k8s.io modules) and builds it there.
 //
-// Objects of a kind defined by one of the CRDs in -crds are defaulted
-// (structural schema defaults), validated against the OpenAPI v3 schema and
+// Objects of a kind defined by one of the CRDs in -crds are checked for
+// fields the schema does not know (strict field validation, kubectl's
+// default), defaulted (structural schema defaults), validated against the OpenAPI v3 schema and
 // then against the x-kubernetes-validations CEL rules, with the
 // apiextensions-apiserver code kube-apiserver runs. Objects of built-in kinds
 // are decoded strictly into their client-go types (unknown or duplicate
@@ -30,6 +31,7 @@ import (
 	structuralschema "k8s.io/apiextensions-apiserver/pkg/apiserver/schema"
 	"k8s.io/apiextensions-apiserver/pkg/apiserver/schema/cel"
 	"k8s.io/apiextensions-apiserver/pkg/apiserver/schema/defaulting"
+	"k8s.io/apiextensions-apiserver/pkg/apiserver/schema/pruning"
 	apiservervalidation "k8s.io/apiextensions-apiserver/pkg/apiserver/validation"
 	k8sschema "k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
@@ -117,6 +119,16 @@ func errorStrings(list field.ErrorList) []string {
 }
 
 func checkCustom(v *crdVersion, obj map[string]any) []string {
+	// Strict field validation (kubectl's default): a field the schema does
+	// not know is an error, not silently pruned.
+	unknown := pruning.PruneWithOptions(obj, v.structural, true, structuralschema.UnknownFieldPathOptions{TrackUnknownFieldPaths: true})
+	if len(unknown) > 0 {
+		errs := make([]string, 0, len(unknown))
+		for _, path := range unknown {
+			errs = append(errs, fmt.Sprintf("unknown field %q", path))
+		}
+		return errs
+	}
 	defaulting.Default(obj, v.structural)
 	errs := apiservervalidation.ValidateCustomResource(nil, obj, v.validator)
 	if len(errs) > 0 {
