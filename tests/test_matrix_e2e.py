@@ -11,8 +11,10 @@ PostgreSQL.  Where Synapse cannot start the module is skipped with a loud
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 import re
+import secrets
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -77,9 +79,24 @@ async def world(homeserver: Any, postgresql_proc: Any) -> AsyncIterator[World]:
         drop_database(base, db)
 
 
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def expiring(world: World) -> dict[str, Any]:
+    """A fact saved under the shortest entry lifetime the schema allows (one minute), at the
+    start of the module; ``test_hard_expiry`` (last in the file) waits out the rest."""
+    mia = await world.person("mia")
+    room = await world.control_room(mia, "brief-agent", bridge=world.brief_bridge)
+    assert "Memory is on" in (await world.consent(mia, room, "brief-agent")).body
+    saved_at = time.monotonic()
+    assert (await mia.ask(room, "Remember that my train leaves at nine.")).body == "Saved."
+    page = await mia.ask(room, "!memory inspect brief-agent")
+    assert list(entries(page.body).values()) == ["my train leaves at nine."], page.body
+    return {"person": mia, "room": room, "saved_at": saved_at}
+
+
 # -- the walk: provision, nothing before consent, consent, save, inspect, forget one, off ---
 
 
+@pytest.mark.usefixtures("expiring")  # starts the one-minute clock early (test_hard_expiry)
 async def test_the_walk(world: World) -> None:
     alice = await world.person("alice")
     bot = world.bridge.bot.mxid
@@ -326,3 +343,110 @@ async def test_a_prompt_to_ignore_the_rules_changes_nothing(world: World) -> Non
     assert again.body == "Not saved: consent_required.", again.body
     assert world.rows() == rows
     assert "remembers nothing" in (await kim.ask(kims, "!memory inspect my-agent")).body
+
+
+# -- sentinels: in no log, span, room state or database table outside the store ---------------
+
+
+async def test_no_sentinel_outside_the_store(world: World) -> None:
+    import logging
+
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    from test_sentinels import ROUTER, _forms, _leaks
+
+    from kagent_governed_memory import telemetry
+    from kagent_governed_memory.telemetry import ContentFreeLogging, install_content_free_logging
+
+    if not isinstance(trace.get_tracer_provider(), TracerProvider):
+        provider = TracerProvider()
+        provider.add_span_processor(ROUTER)  # type: ignore[arg-type]
+        trace.set_tracer_provider(provider)
+    exporter = InMemorySpanExporter()
+    ROUTER.target = SimpleSpanProcessor(exporter)
+    s = {name: f"Z{secrets.token_hex(8)}" for name in ("fact", "query", "command")}
+    # every record raw, as created (the library's sanitizer, if a test installed it, is
+    # removed for the flow): the bridge and the library must be clean without it
+    installed = telemetry._INSTALLED
+    if installed is not None:
+        installed.remove()
+    records: list[logging.LogRecord] = []
+
+    class Everything(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            records.append(copy.copy(record))
+
+    handler = Everything()
+    root = logging.getLogger()
+    old_level = root.level
+    root.setLevel(logging.DEBUG)
+    root.addHandler(handler)
+    try:
+        nia = await world.person("nia")
+        room = await world.control_room(nia)
+        await world.consent(nia, room)
+        assert (await nia.ask(room, f"Remember that my code word is {s['fact']}.")).body == \
+            "Saved."
+        recalled = await nia.ask(room, f"Which code word did I pick, {s['query']}?")
+        assert s["fact"] in recalled.body  # the content path works: the agent recalled it
+        page = await nia.ask(room, "!memory inspect my-agent")
+        assert s["fact"] in page.body
+        refused = await nia.ask(room, f"!memory forget my-agent {s['command']}")
+        assert refused.sender == world.bridge.bot.mxid
+        [entry] = entries(page.body)
+        assert "verified gone" in (await nia.ask(room, f"!memory forget my-agent {entry}")).body
+        state = json.dumps(await world.bridge._read_state(room))
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(old_level)
+        if installed is not None:
+            install_content_free_logging()
+        ROUTER.target = None
+    fmt = logging.Formatter("%(name)s %(levelname)s %(message)s %(args)r")
+
+    def text(rs: list[logging.LogRecord]) -> str:
+        return "\n".join(fmt.format(r) + " " + repr(r.__dict__) for r in rs)
+
+    ours = ("kagent_governed_memory", "mau", "aiohttp")
+    bridge_logs = text([r for r in records if r.name.split(".")[0] in ours])
+    assert "matrix command: action=inspect" in bridge_logs  # the raw capture saw the bridge
+    # the agent's side (google-adk, a2a-sdk, uvicorn, httpx log requests at DEBUG) is a
+    # deployment's to sanitize: the library's sanitizer, applied to the same records
+    sanitizer = ContentFreeLogging()
+    logs = text([sanitizer.sanitize(copy.copy(r)) for r in records])
+    spans = "\n".join(span.to_json() for span in exporter.get_finished_spans())
+    assert spans  # the agent's spans were captured
+    with world.db.admin() as conn:
+        tables = [r[0] for r in conn.execute(
+            "SELECT format('%I.%I', schemaname, tablename) FROM pg_tables WHERE schemaname "
+            "NOT IN ('pg_catalog', 'information_schema') AND tablename <> 'memory_entry'")]
+        dumps = "\n".join(str(conn.execute(f"SELECT t::text FROM {t} t").fetchall())
+                          for t in tables)
+    assert "memory_audit" in " ".join(tables) and "memory_scope" in " ".join(tables)
+    for sink, haystack in (("the bridge's and the library's raw logs", bridge_logs),
+                           ("every log, sanitized", logs), ("spans", spans),
+                           ("room state", state),
+                           ("database tables outside memory_entry", dumps),
+                           ("the homeserver's log", synapse_log(world.hs))):
+        leaked = _leaks(haystack, s)
+        assert not leaked, f"sentinels {leaked} leaked into {sink}"
+    # the probe can fail: the fact is in the room's timeline (the conversation itself)
+    timeline = json.dumps(await nia.events(room, limit=100))
+    assert any(f in timeline for f in _forms(s["fact"]))
+
+
+# -- hard expiry (last: it waits out the minute the `expiring` fixture started) ---------------
+
+
+async def test_hard_expiry(world: World, expiring: dict[str, Any]) -> None:
+    mia, room = expiring["person"], expiring["room"]
+    wait = expiring["saved_at"] + 61 - time.monotonic()
+    if wait > 0:
+        await asyncio.sleep(wait)
+    assert "remembers nothing" in (await mia.ask(room, "!memory inspect brief-agent")).body
+    answer = await mia.ask(room, "When does my train leave?")
+    assert "nine" not in answer.body, answer.body
+    status = await mia.ask(room, "!memory status brief-agent")
+    assert "0 of at most 3 entries, each kept at most 1 minutes" in status.body, status.body
