@@ -55,6 +55,8 @@ async def run_dev_db(args: argparse.Namespace) -> int:
 
 
 async def run_demo(args: argparse.Namespace) -> int:
+    if getattr(args, "matrix", False):
+        return await _matrix_demo(args)
     steps = _Steps(args.json)
     if args.dsn:  # an application login on an already migrated database: said, not silent
         steps.note("using the database of --dsn: one demo scope is granted, filled and "
@@ -70,6 +72,26 @@ async def run_demo(args: argparse.Namespace) -> int:
             code = await _demo_run(db.dsn, args.local_server, steps)
     steps.finish(code)
     return code
+
+
+async def _matrix_demo(args: argparse.Namespace) -> int:
+    if args.dsn or args.json:
+        print("demo --matrix runs on its own throwaway homeserver and database and prints a "
+              "transcript: drop --dsn and --json", file=sys.stderr)
+        return EXIT_FAILED
+    try:
+        from .matrix.demo import run_matrix_demo
+        from .matrix.homeserver import synapse_available
+    except ModuleNotFoundError:
+        print("demo --matrix needs the matrix-demo extra: pip install "
+              "'kagent-governed-memory[matrix-demo]'", file=sys.stderr)
+        return EXIT_FAILED
+    missing = synapse_available()
+    if missing is not None:
+        print(f"demo --matrix cannot start a homeserver: {missing}; pip install "
+              "'kagent-governed-memory[matrix-demo]'", file=sys.stderr)
+        return EXIT_FAILED
+    return await run_matrix_demo(args)
 
 
 async def _raw_sql_refused(dsn: str) -> str:

@@ -146,6 +146,10 @@ def _parser() -> argparse.ArgumentParser:
                     "database) it grants, fills and withdraws one demo scope there.", [server])
     demo.add_argument("--dsn", default=None, help="an application login to run against "
                       "(default: a throwaway embedded database, never $KGM_DSN)")
+    demo.add_argument("--matrix", action="store_true",
+                      help="the same flow in a Matrix control room: a throwaway Synapse "
+                      "homeserver, the reference bridge, an A2A agent and a scripted user; "
+                      "prints the room's transcript (needs the matrix-demo extra)")
     demo.set_defaults(handler=run_demo)
     dev = _command(sub, "dev-db", "run a local development database until Ctrl-C",
                    "Starts the embedded PostgreSQL 18 + pgvector, migrates it as the owner for "

@@ -165,7 +165,7 @@ async def test_the_walk(world: World) -> None:
     assert "erases everything" in asked.body
     assert len(entries((await alice.ask(room, "!memory inspect my-agent")).body)) == 1
     off = await alice.ask(room, asked.body.strip().splitlines()[-1])
-    assert off.body == "Memory is off for my-agent: 1 entries erased and verified gone.", off.body
+    assert off.body == "Memory is off for my-agent: 1 entry erased and verified gone.", off.body
     assert (await alice.ask(room, "Remember that I prefer coffee.")).body == \
         "Not saved: consent_required."
     assert "remembers nothing" in (await alice.ask(room, "!memory inspect my-agent")).body
