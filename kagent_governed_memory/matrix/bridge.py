@@ -36,7 +36,15 @@ from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from mautrix.client import Client, ClientAPI
-from mautrix.types import EventType, Membership, MessageEvent, MessageType, RoomID, StateEvent
+from mautrix.types import (
+    EventType,
+    Membership,
+    MessageEvent,
+    MessageType,
+    RoomID,
+    StateEvent,
+    UserID,
+)
 
 from ..control_room import ControlRoomCheck
 from ..controls import ConfirmationLedger, MemoryControls, parse_memory_command
@@ -107,12 +115,12 @@ class MatrixBridge:
         self._agents = dict(agents)
         self._bridged = [re.compile(p) for p in bridged_users]
         quiet = quiet_logger()
-        self.bot = Client(mxid=bot.user_id, base_url=homeserver_url, token=bot.access_token,
-                          log=quiet)  # type: ignore[arg-type]
+        self.bot = Client(mxid=UserID(bot.user_id), base_url=homeserver_url,
+                          token=bot.access_token, log=quiet)
         self.bot.ignore_initial_sync = True
         self.bot.ignore_first_sync = True
         self._ghosts: dict[str, ClientAPI] = {
-            word: ClientAPI(mxid=route.ghost.user_id, base_url=homeserver_url,  # type: ignore[arg-type]
+            word: ClientAPI(mxid=UserID(route.ghost.user_id), base_url=homeserver_url,
                             token=route.ghost.access_token, log=quiet)
             for word, route in self._agents.items()}
         self._relays = {word: A2ARelay(route.a2a_url, agent=route.identity,
@@ -274,11 +282,12 @@ class MatrixBridge:
         reply = await self._controls.handle(
             body, sender=self.principal(sender), subject=room.subject, room_id=room.room_id,
             room_check=lambda agent: self.check(room.room_id, agent))
+        action, word = "invalid", room.word
         try:
-            action = parse_memory_command(body).action
-            word = parse_memory_command(body).agent
+            parsed = parse_memory_command(body)
+            action, word = parsed.action, parsed.agent
         except GovernanceError:
-            action, word = "invalid", room.word
+            pass
         text = render_reply(reply, agent=word, command=body, policy=self.store.policy)
         reason = getattr(reply, "reason", None)
         logger.info("matrix command: action=%s outcome=%s room=%s", action,

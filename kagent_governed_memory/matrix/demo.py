@@ -77,7 +77,7 @@ class _User:
     def __init__(self, url: str, user_id: str, token: str) -> None:
         self.user_id = user_id
         self.client = ClientAPI(mxid=UserID(user_id), base_url=url, token=token,
-                                log=quiet_logger())  # type: ignore[arg-type]
+                                log=quiet_logger())
 
     async def events(self, room_id: str, limit: int = 100) -> list[dict[str, Any]]:
         data = await self.client.api.request(Method.GET,

@@ -73,10 +73,10 @@ def render_reply(reply: object, *, agent: str, command: str, policy: MemoryPolic
     if isinstance(reply, ErasureReply):
         e = reply.receipt
         state = "erased and verified gone" if e.verified else "erased, NOT verified"
-        n = f"{e.deleted} {'entry' if e.deleted == 1 else 'entries'}"
+        count = f"{e.deleted} {'entry' if e.deleted == 1 else 'entries'}"
         if reply.action == "off":
-            return f"Memory is off for {agent}: {n} {state}."
-        return f"Forgot everything about you for {agent}: {n} {state}."
+            return f"Memory is off for {agent}: {count} {state}."
+        return f"Forgot everything about you for {agent}: {count} {state}."
     if isinstance(reply, ForgetReply):
         words = command.split()
         entry = words[-1] if words else "?"

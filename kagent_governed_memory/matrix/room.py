@@ -47,13 +47,15 @@ async def create_control_room(bot: ClientAPI, ghost: ClientAPI, *, subject: str,
                               local_server: str, name: str | None = None) -> str:
     """Create a control room for ``subject`` with ``ghost`` (the agent's local user); returns
     its room ID.  The bot creates it (its creator), invites both; the ghost joins."""
+    initial: list[Any] = control_room_state(local_server)
+    # m.room.create: m.federate false, so no other homeserver can ever join (ADR 0023 §29)
+    creation: dict[str, Any] = {"m.federate": False}
     room_id = await bot.create_room(
         preset=RoomCreatePreset.PRIVATE,
         invitees=[UserID(subject), UserID(ghost.mxid)],
-        initial_state=control_room_state(local_server),
+        initial_state=initial,
         room_version=REQUIRED_ROOM_VERSION,
-        # m.federate false: no other homeserver can ever join (ADR 0023 §29)
-        creation_content={"m.federate": False},
+        creation_content=creation,
         name=name,
     )
     await ghost.join_room_by_id(room_id)
