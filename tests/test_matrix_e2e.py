@@ -309,12 +309,46 @@ async def test_a_member_joining_mid_conversation_suppresses_the_reply(world: Wor
     assert suppressed.sender == world.bridge.bot.mxid
     assert suppressed.body.startswith("Refused (members_mismatch)"), suppressed.body
     assert world.agents["my-agent"].model.saw("blue whale")  # the agent did answer from memory
+    # only the exact subject may inspect (ADR 0023 §18): the new member is refused first
+    theirs = await judy.ask(room, "!memory inspect my-agent")
+    assert theirs.body.startswith("Refused (not_subject)"), theirs.body
     next_one = await ivan.ask(room, "What is my PIN hint?")
     assert next_one.body.startswith("Refused (members_mismatch)"), next_one.body
     page = await ivan.ask(room, "!memory inspect my-agent")
     assert page.body.startswith("Refused (members_mismatch)"), page.body
     for event in await judy.events(room, limit=100):
         assert "blue whale" not in json.dumps(event), "memory content reached the new member"
+
+
+async def test_a_retry_is_checked_again(world: World) -> None:
+    """The agent's answer fails to send once; a member joins before the retry: the retry
+    re-reads the room and sends a content-free notice instead of the answer."""
+    oscar, peggy = await world.person("oscar"), await world.person("peggy")
+    room = await world.control_room(oscar)
+    await world.consent(oscar, room)
+    assert (await oscar.ask(room, "Remember that my bike lock is 1208.")).body == "Saved."
+    ghost = world.bridge._ghosts["my-agent"]
+    real = ghost.send_text
+    attempts: list[str] = []
+
+    async def fails_once_while_peggy_joins(*args: Any, **kw: Any) -> Any:
+        attempts.append("send")
+        if len(attempts) == 1:
+            await oscar.client.invite_user(room, peggy.user_id)
+            await peggy.join(room)
+            raise ConnectionError("the homeserver went away for a moment")
+        return await real(*args, **kw)
+
+    ghost.send_text = fails_once_while_peggy_joins
+    try:
+        answer = await oscar.ask(room, "What is my bike lock?")
+    finally:
+        del ghost.send_text
+    assert attempts == ["send"]  # the retry did not go out as the ghost
+    assert answer.sender == world.bridge.bot.mxid
+    assert answer.body.startswith("Refused (members_mismatch)"), answer.body
+    for event in await peggy.events(room, limit=100):
+        assert "1208" not in json.dumps(event)
 
 
 async def test_a_prompt_to_ignore_the_rules_changes_nothing(world: World) -> None:

@@ -154,10 +154,10 @@ class LocalHomeserver:
         subprocess.run([python, "-m", "synapse.app.homeserver", "--config-path", str(config),
                         "--generate-keys"], check=True, capture_output=True, timeout=120,
                        cwd=workdir)
-        hs.process = subprocess.Popen(
-            [python, "-m", "synapse.app.homeserver", "--config-path", str(config)],
-            cwd=workdir, stdout=subprocess.DEVNULL, stderr=(workdir / "stderr.log").open("wb"),
-            env={**os.environ, "SYNAPSE_ASYNC_IO_REACTOR": "0"})
+        with (workdir / "stderr.log").open("wb") as stderr:  # the child keeps its own copy
+            hs.process = subprocess.Popen(
+                [python, "-m", "synapse.app.homeserver", "--config-path", str(config)],
+                cwd=workdir, stdout=subprocess.DEVNULL, stderr=stderr)
         try:
             await hs._wait_ready()
         except BaseException:
