@@ -147,6 +147,9 @@ def step_apply(rep: Report, src: Path, work: Path, base: str) -> None:
     code, out, secs = apply(tree, patches())
     rep.line("PASS" if code == 0 else "FAIL", "apply",
              f"all {len(patches())} patches in order on {base[:9]}", secs, out)
+    code, out, secs = run([sys.executable, str(SCRIPTS / "sync_patch_sql_main.py"), "--check"])
+    rep.line("PASS" if code == 0 else "FAIL", "apply",
+             "0011's governed track SQL is generated from kagent_governed_memory/sql", secs, out)
 
 
 def go_env(work: Path, tree: Path, rep: Report) -> dict[str, str] | None:
