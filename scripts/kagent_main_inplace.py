@@ -43,7 +43,7 @@ class Reporter(Protocol):
              out: str = "") -> None: ...
 
 
-def _run(cmd: list[str], cwd: Path | None = None, env: dict[str, str] | None = None,
+def run(cmd: list[str], cwd: Path | None = None, env: dict[str, str] | None = None,
          timeout: float = 3600) -> tuple[int, str, float]:
     started = time.monotonic()
     done = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True,
@@ -65,7 +65,7 @@ def fix_patch(patches: list[Path]) -> Path | None:
 def standin_env(rep: Reporter, work: Path, tree: Path, substrate_src: Path,
                 base_env: dict[str, str]) -> dict[str, str] | None:
     """The Go environment for ``tree`` with substrate replaced by the stand-in."""
-    code, out, secs = _run([sys.executable, str(SCRIPTS / "kagent_main_substrate.py"),
+    code, out, secs = run([sys.executable, str(SCRIPTS / "kagent_main_substrate.py"),
                             "--src", str(substrate_src)], env=base_env)
     if code != 0:
         lines = [x for x in out.splitlines() if "NOT RUN" in x] or out.strip().splitlines()[-1:]
@@ -77,7 +77,7 @@ def standin_env(rep: Reporter, work: Path, tree: Path, substrate_src: Path,
     print("\n".join("    " + x for x in out.strip().splitlines() if x.startswith("***")),
           flush=True)
     out_dir = work / "modfile-standin" / tree.name
-    code, out, secs = _run([sys.executable, str(SCRIPTS / "kagent_main_modfile.py"), "--tree",
+    code, out, secs = run([sys.executable, str(SCRIPTS / "kagent_main_modfile.py"), "--tree",
                             str(tree), "--out", str(out_dir), "--substrate", str(standin)],
                            env=base_env)
     if code != 0:
@@ -106,7 +106,7 @@ def _tests(out: str) -> tuple[int, list[str]]:
 def check_in_place(rep: Reporter, work: Path, tree: Path, env: dict[str, str],
                    lint_binary: Callable[[], Path | None]) -> None:
     go_dir = tree / "go"
-    code, out, secs = _run(["go", "vet", PKG], cwd=go_dir, env=env)
+    code, out, secs = run(["go", "vet", PKG], cwd=go_dir, env=env)
     rep.line("PASS" if code == 0 else "FAIL", STEP,
              f"go vet {PKG} in place (all Go patches; {STANDIN})", secs, out)
     binary = lint_binary()
@@ -116,14 +116,14 @@ def check_in_place(rep: Reporter, work: Path, tree: Path, env: dict[str, str],
         config = _lint_config(go_dir)
         lint_env = {**env, "GOLANGCI_LINT_CACHE": str(work / "golangci-lint-inplace")}
         try:
-            code, out, secs = _run([str(binary), "run", "--config", str(config), PKG],
+            code, out, secs = run([str(binary), "run", "--config", str(config), PKG],
                                    cwd=go_dir, env=lint_env)
         finally:
             config.unlink(missing_ok=True)
         rep.line("PASS" if code == 0 else "FAIL", STEP,
                  f"golangci-lint {PKG} in place (main's .golangci.yaml minus its custom "
                  f"plugins; {STANDIN})", secs, out)
-    code, out, secs = _run(["go", "test", "-race", "-count=1", "-v", PKG], cwd=go_dir, env=env)
+    code, out, secs = run(["go", "test", "-race", "-count=1", "-v", PKG], cwd=go_dir, env=env)
     passed, failed = _tests(out)
     if code == 0 and passed == 0:
         code, out = 1, out + "\nno test ran"
@@ -136,14 +136,14 @@ def check_without_fix(rep: Reporter, work: Path, tree: Path, patch: Path,
                       env: dict[str, str]) -> None:
     """BASE + only ``patch``'s grpcserver tests: they must compile and fail."""
     include = f"{PKG_DIR}/*_test.go"
-    code, out, secs = _run(["git", "-C", str(tree), "apply", f"--include={include}",
+    code, out, secs = run(["git", "-C", str(tree), "apply", f"--include={include}",
                             str(patch)])
     if code != 0:
         rep.line("FAIL", STEP, f"{patch.name}'s grpcserver tests do not apply alone on BASE",
                  secs, out)
         return
     added = re.findall(r"^\+func (Test\w+)\(", patch.read_text(), re.MULTILINE)
-    code, out, secs = _run(["go", "test", "-race", "-count=1", "-v", PKG], cwd=tree / "go",
+    code, out, secs = run(["go", "test", "-race", "-count=1", "-v", PKG], cwd=tree / "go",
                            env=env)
     passed, failed = _tests(out)
     top = sorted({name.split("/")[0] for name in failed})

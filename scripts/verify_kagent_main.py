@@ -59,6 +59,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import kagent_main_crdcheck  # noqa: E402
 import kagent_main_inplace as inplace  # noqa: E402
+from kagent_main_inplace import run  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 SERIES = REPO / "patches" / "kagent-main"
@@ -90,14 +91,6 @@ def touched(patch: Path) -> set[str]:
         if line.startswith("diff --git a/"):
             tops.add(line.split()[2][2:].split("/", 1)[0])
     return tops
-
-
-def run(cmd: list[str], cwd: Path | None = None, env: dict[str, str] | None = None,
-        timeout: float = 3600) -> tuple[int, str, float]:
-    started = time.monotonic()
-    done = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=timeout, check=False)
-    return done.returncode, done.stdout + done.stderr, time.monotonic() - started
 
 
 class Report:
