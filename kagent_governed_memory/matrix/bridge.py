@@ -108,7 +108,7 @@ class MatrixBridge:
         self._bridged = [re.compile(p) for p in bridged_users]
         quiet = quiet_logger()
         self.bot = Client(mxid=bot.user_id, base_url=homeserver_url, token=bot.access_token,
-                          log=quiet)  # type: ignore[arg-type]
+                          log=quiet)
         self.bot.ignore_initial_sync = True
         self.bot.ignore_first_sync = True
         self._ghosts: dict[str, ClientAPI] = {
@@ -274,6 +274,7 @@ class MatrixBridge:
         reply = await self._controls.handle(
             body, sender=self.principal(sender), subject=room.subject, room_id=room.room_id,
             room_check=lambda agent: self.check(room.room_id, agent))
+        action: str
         try:
             action = parse_memory_command(body).action
             word = parse_memory_command(body).agent

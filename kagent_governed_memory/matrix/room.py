@@ -15,7 +15,7 @@ reading it is a denial (``room_state_invalid``), never an exception with the hom
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, cast
 
 from mautrix.api import Method, Path
 from mautrix.client import ClientAPI
@@ -50,10 +50,10 @@ async def create_control_room(bot: ClientAPI, ghost: ClientAPI, *, subject: str,
     room_id = await bot.create_room(
         preset=RoomCreatePreset.PRIVATE,
         invitees=[UserID(subject), UserID(ghost.mxid)],
-        initial_state=control_room_state(local_server),
+        initial_state=cast(Any, control_room_state(local_server)),
         room_version=REQUIRED_ROOM_VERSION,
         # m.federate false: no other homeserver can ever join (ADR 0023 §29)
-        creation_content={"m.federate": False},
+        creation_content=cast(Any, {"m.federate": False}),
         name=name,
     )
     await ghost.join_room_by_id(room_id)
