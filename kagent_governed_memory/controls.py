@@ -19,10 +19,11 @@ import re
 import secrets
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from .confirmations import AsyncConfirmationLedger, ConfirmationLedger, InMemoryLedger
 from .control_room import ControlRoomCheck
 from .errors import GovernanceError, InvalidInput, ReasonCode, StoreUnavailable
 from .identity import AgentIdentity, MemoryScope, Principal, ScopeKey
@@ -30,10 +31,13 @@ from .models import ConsentReceipt, ErasureReceipt, ForgetReceipt, MemoryRecord,
 from .repository import ControlRepository
 
 __all__ = [
+    "AsyncConfirmationLedger",
+    "ConfirmationLedger",
     "ConfirmationRequired",
     "ConsentReply",
     "ErasureReply",
     "ForgetReply",
+    "InMemoryLedger",
     "InspectReply",
     "MemoryCommand",
     "MemoryControls",
@@ -158,31 +162,6 @@ RoomCheck = (Callable[[AgentIdentity], Awaitable[ControlRoomCheck] | ControlRoom
              | Callable[[], Awaitable[ControlRoomCheck] | ControlRoomCheck])
 
 
-class ConfirmationLedger(Protocol):
-    def consume(self, nonce: str, expires_at: datetime, now: datetime) -> bool:
-        """True the first time ``nonce`` is presented; False ever after."""
-
-    def release(self, nonce: str) -> None:
-        """Make ``nonce`` usable again: its action failed before anything was changed."""
-
-
-class InMemoryLedger:
-    """Single-use within one bridge process; several replicas need a shared ledger."""
-
-    def __init__(self) -> None:
-        self._used: dict[str, datetime] = {}
-
-    def consume(self, nonce: str, expires_at: datetime, now: datetime) -> bool:
-        self._used = {n: e for n, e in self._used.items() if e > now}
-        if nonce in self._used:
-            return False
-        self._used[nonce] = expires_at
-        return True
-
-    def release(self, nonce: str) -> None:
-        self._used.pop(nonce, None)
-
-
 class MemoryControls:
     """Carries out one ``!memory`` command for its sender in a control room."""
 
@@ -193,7 +172,7 @@ class MemoryControls:
         agents: Mapping[str, AgentIdentity],
         secret: bytes,
         confirmation_ttl: timedelta = timedelta(minutes=2),
-        ledger: ConfirmationLedger | None = None,
+        ledger: ConfirmationLedger | AsyncConfirmationLedger | None = None,
         clock: Callable[[], datetime] | None = None,
     ) -> None:
         if not isinstance(secret, bytes) or len(secret) < 32:
@@ -204,7 +183,7 @@ class MemoryControls:
         self._agents = dict(agents)
         self._secret = secret
         self._ttl = confirmation_ttl
-        self._ledger = ledger or InMemoryLedger()
+        self._ledger: ConfirmationLedger | AsyncConfirmationLedger = ledger or InMemoryLedger()
         self._clock = clock or (lambda: datetime.now(UTC))
 
     async def handle(
@@ -254,7 +233,7 @@ class MemoryControls:
         bound = f"{action}:{command.purpose}" if action == "on" else action
         if command.token is None:
             return self._confirmation(key, action, bound, command.purpose)
-        redeemed = self._redeem(command.token, key, bound)
+        redeemed = await self._redeem(command.token, key, bound)
         if isinstance(redeemed, ReasonCode):
             return Notice(reason=redeemed)
         try:
@@ -268,7 +247,7 @@ class MemoryControls:
             if _nothing_changed(exc):  # the user's confirmation stays good for a retry
                 release = getattr(self._ledger, "release", None)
                 if callable(release):
-                    release(redeemed)
+                    await _maybe_await(release(redeemed))
             return Notice(reason=exc.reason)
 
     # -- confirmation tokens ----------------------------------------------------------------
@@ -284,7 +263,7 @@ class MemoryControls:
         return ConfirmationRequired(action=action, token=token, expires_at=expires,  # type: ignore[arg-type]
                                     purpose=purpose, policy_version=version)
 
-    def _redeem(self, token: str, key: ScopeKey, action: str) -> ReasonCode | str:
+    async def _redeem(self, token: str, key: ScopeKey, action: str) -> ReasonCode | str:
         """The refusal, or the consumed nonce (released again if the action changes nothing)."""
         parts = token.split(".")
         if len(parts) != 3 or parts[0] != "c1":
@@ -305,7 +284,7 @@ class MemoryControls:
         expires = datetime.fromtimestamp(payload["e"], UTC)
         if now >= expires:
             return ReasonCode.CONFIRMATION_EXPIRED
-        if not self._ledger.consume(payload["n"], expires, now):
+        if not await _maybe_await(self._ledger.consume(payload["n"], expires, now)):
             return ReasonCode.CONFIRMATION_INVALID
         return str(payload["n"])
 
@@ -329,6 +308,11 @@ async def recheck_before_send(
         return reply
     denied = await _room_denied(room_check, agent)
     return reply if denied is None else Notice(reason=denied)
+
+
+async def _maybe_await(value: Any) -> Any:
+    """A sync ledger's answer as it is, an async ledger's awaited."""
+    return await value if inspect.isawaitable(value) else value
 
 
 def _nothing_changed(exc: GovernanceError) -> bool:

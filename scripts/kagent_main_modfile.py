@@ -12,6 +12,10 @@ another package of the module, cannot be built; they are named, and every other 
 written to ``OUT/build-list`` (one import path a line, for ``verify_go_series.py
 --build-list``).
 
+With ``--substrate DIR`` (a COMPILE STAND-IN module built by ``kagent_main_substrate.py``, not
+the real fork) substrate is kept and its ``replace`` points at DIR instead, nothing is left out
+of ``build-list``, and envoy is substituted by ``STANDIN_SUBSTITUTES`` (see there).
+
 Use the result with ``GOFLAGS="-modfile=OUT/go.mod -mod=mod"`` (printed at the end); the go
 command then reads and writes ``OUT/go.sum`` beside it and never touches the tree's own files.
 Nothing written here belongs in a patch.
@@ -45,6 +49,13 @@ SUBSTITUTES: dict[str, tuple[str, str]] = {
         "v0.0.0-20260820015531-47320ba1a73b", "v0.0.0-20260826214018-9739e10eb9d7"),
 }
 
+# With --substrate the stand-in's requirements make the go command load the whole module graph,
+# where the substitute istio requires envoy v1.37.1-0.20260409083702-98966259b99a (refused, 403):
+# envoy then has to be at a served version at or above that one.
+STANDIN_SUBSTITUTES: dict[str, str] = {
+    "github.com/envoyproxy/go-control-plane/envoy": "v1.38.0",
+}
+
 # Refused by the module proxy (403) on 2026-12-02; no version at all is served, so it is
 # dropped (require and replace) and the packages importing it are left out of the build.
 DROPPED = {
@@ -63,18 +74,37 @@ def module_path(go_mod: str) -> str:
     return match.group(1)
 
 
-def substitute(go_mod: str) -> tuple[str, list[str]]:
-    """Return the substitute go.mod text and one line per change made."""
+def substitute(go_mod: str, substrate: Path | None = None) -> tuple[str, list[str]]:
+    """Return the substitute go.mod text and one line per change made.
+
+    With ``substrate`` (a stand-in module directory from ``kagent_main_substrate.py``) the
+    dropped module is kept and its ``replace`` points at that directory instead.
+    """
     changes: list[str] = []
     for mod, (pinned, served) in SUBSTITUTES.items():
+        reason = "refused by the proxy, 403; nearest served"
+        if substrate is not None and mod in STANDIN_SUBSTITUTES:
+            served = STANDIN_SUBSTITUTES[mod]
+            reason = ("refused by the proxy, 403; with the substrate stand-in the substitute "
+                      "istio's envoy requirement needs a served version at or above it")
         pattern = re.compile(
             rf"^(\s*(?:require\s+)?){re.escape(mod)}\s+{re.escape(pinned)}(?=\s|$)", re.MULTILINE)
         go_mod, count = pattern.subn(rf"\g<1>{mod} {served}", go_mod)
         if count == 0:
             raise SystemExit(f"kagent_main_modfile: {mod} {pinned} is not pinned by this go.mod; "
                              "update SUBSTITUTES")
-        changes.append(f"{mod} {pinned} -> {served} (refused by the proxy, 403; nearest served)")
+        changes.append(f"{mod} {pinned} -> {served} ({reason})")
     for mod, target in DROPPED.items():
+        if substrate is not None:
+            replace = re.compile(rf"^(\s*(?:replace\s+)?{re.escape(mod)}(?:\s+\S+)?\s+=>).*$",
+                                 re.MULTILINE)
+            go_mod, n_rep = replace.subn(lambda m: f"{m.group(1)} {substrate}", go_mod)
+            if n_rep != 1:
+                raise SystemExit(f"kagent_main_modfile: {mod} has {n_rep} replace lines, not 1; "
+                                 "update DROPPED")
+            changes.append(f"{mod} (=> {target}) replaced by the COMPILE STAND-IN {substrate} "
+                           "(refused by the proxy, 403; no version served; NOT the real module)")
+            continue
         require = re.compile(rf"^\s*(?:require\s+)?{re.escape(mod)}\s+\S+.*\n", re.MULTILINE)
         replace = re.compile(rf"^\s*(?:replace\s+)?{re.escape(mod)}(?:\s+\S+)?\s+=>.*\n",
                              re.MULTILINE)
@@ -141,7 +171,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tree", required=True, type=Path, help="kagent work tree")
     parser.add_argument("--out", required=True, type=Path,
                         help="directory for go.mod, go.sum and build-list (outside the tree)")
+    parser.add_argument("--substrate", type=Path, default=None,
+                        help="a substrate stand-in module dir (kagent_main_substrate.py): "
+                             "replace substrate with it instead of leaving its importers out")
     args = parser.parse_args(argv)
+    substrate = args.substrate.resolve() if args.substrate else None
+    if substrate is not None and not (substrate / "go.mod").is_file():
+        print(f"kagent_main_modfile: --substrate {substrate} has no go.mod", file=sys.stderr)
+        return 2
     tree, out = args.tree.resolve(), args.out.resolve()
     go_dir = tree / "go"
     if not (go_dir / "go.mod").is_file():
@@ -153,13 +190,13 @@ def main(argv: list[str] | None = None) -> int:
 
     text = (go_dir / "go.mod").read_text()
     module = module_path(text)
-    new_text, changes = substitute(text)
+    new_text, changes = substitute(text, substrate)
     out.mkdir(parents=True, exist_ok=True)
     (out / "go.mod").write_text(new_text)
     shutil.copyfile(go_dir / "go.sum", out / "go.sum")
 
     pkgs = packages(go_dir, module)
-    skip = excluded(pkgs)
+    skip = excluded(pkgs) if substrate is None else {}
     build = sorted(ip for ip in pkgs if ip not in skip)
     (out / "build-list").write_text(
         "# packages of %s buildable with the substitute go.mod (%d of %d)\n%s\n"
@@ -170,7 +207,8 @@ def main(argv: list[str] | None = None) -> int:
     for line in changes:
         print(f"  substituted: {line}")
     print(f"  packages: {len(build)} buildable (listed in {out / 'build-list'}), "
-          f"{len(skip)} excluded (they need github.com/agent-substrate/substrate):")
+          f"{len(skip)} excluded (they need github.com/agent-substrate/substrate)"
+          + (":" if skip else "; substrate is the COMPILE STAND-IN, not the real v0.0.20"))
     for ip, why in sorted(skip.items()):
         print(f"    excluded: {ip} ({why})")
     print(f'GOFLAGS="-modfile={out / "go.mod"} -mod=mod"')

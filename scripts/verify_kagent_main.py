@@ -26,6 +26,9 @@ main itself does not build here unchanged.  ``scripts/kagent_main_modfile.py`` w
 substitute ``go.mod`` outside the tree (nearest served versions; packages that need the one
 module with no version served are left out of the build and named), passed as ``GOFLAGS=
 -modfile=...``; every Go line below says so.  Nothing of the substitute enters a patch.
+With ``--substrate-src`` the ``go-tests`` step also checks ``core/internal/grpcserver`` in place
+on a compile stand-in for substrate (``scripts/kagent_main_inplace.py``); without it those
+checks say NOT RUN.
 
 Go needs 1.27: ``GOTOOLCHAIN`` defaults to ``go1.27.3`` (fetched through the module proxy).
 Trees live at fixed paths under ``$VERIFY_KAGENT_MAIN_WORKDIR`` (default
@@ -35,6 +38,7 @@ directory, stay warm between runs.
 Usage::
 
     python scripts/verify_kagent_main.py --src /path/to/kagent [--step apply|go|go-tests|python]...
+        [--substrate-src /path/to/agent-substrate]
 
 Exit status: 0 every step that ran passed; 1 a step failed; 2 bad arguments; 3 nothing could
 run (no kagent source holding BASE) -- "KAGENT MAIN VERIFICATION NOT RUN".
@@ -52,7 +56,10 @@ import tempfile
 import time
 from pathlib import Path
 
-import kagent_main_crdcheck  # scripts/, beside this file
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import kagent_main_crdcheck  # noqa: E402
+import kagent_main_inplace as inplace  # noqa: E402
+from kagent_main_inplace import run  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 SERIES = REPO / "patches" / "kagent-main"
@@ -84,14 +91,6 @@ def touched(patch: Path) -> set[str]:
         if line.startswith("diff --git a/"):
             tops.add(line.split()[2][2:].split("/", 1)[0])
     return tops
-
-
-def run(cmd: list[str], cwd: Path | None = None, env: dict[str, str] | None = None,
-        timeout: float = 3600) -> tuple[int, str, float]:
-    started = time.monotonic()
-    done = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=timeout, check=False)
-    return done.returncode, done.stdout + done.stderr, time.monotonic() - started
 
 
 class Report:
@@ -147,6 +146,9 @@ def step_apply(rep: Report, src: Path, work: Path, base: str) -> None:
     code, out, secs = apply(tree, patches())
     rep.line("PASS" if code == 0 else "FAIL", "apply",
              f"all {len(patches())} patches in order on {base[:9]}", secs, out)
+    code, out, secs = run([sys.executable, str(SCRIPTS / "sync_patch_sql_main.py"), "--check"])
+    rep.line("PASS" if code == 0 else "FAIL", "apply",
+             "0011's governed track SQL is generated from kagent_governed_memory/sql", secs, out)
 
 
 def go_env(work: Path, tree: Path, rep: Report) -> dict[str, str] | None:
@@ -229,7 +231,8 @@ def _reason(code: int, out: str) -> str:
     return ": " + (lines[-1] if lines else out.strip()[-200:])
 
 
-def step_probe(rep: Report, tree: Path, env: dict[str, str]) -> None:
+def step_probe(rep: Report, tree: Path, env: dict[str, str], substrate_src: Path | None,
+               work: Path, src: Path, base: str) -> None:
     """The grpcserver package needs substrate (not served), so its interceptor tests run on a
     copy of the interceptors outside the package (scripts/kagent_main_grpcserver_probe.sh)."""
     if not (tree / "go/core/internal/grpcserver/interceptors_logs_test.go").exists():
@@ -251,9 +254,12 @@ def step_probe(rep: Report, tree: Path, env: dict[str, str]) -> None:
              f"grpcserver's interceptor tests (0003: {out.count('--- PASS: ')} passed) with "
              "-race and vet, on a copy of "
              "interceptors.go outside the package (the package needs substrate)", secs, out)
-    rep.line("NOT RUN", "go-tests", "go vet, golangci-lint and go test of "
-             "./core/internal/grpcserver in place: it imports github.com/kagent-dev/substrate "
-             "(through service/system), of which the module proxy serves no version")
+    if substrate_src is None:
+        rep.line("NOT RUN", "go-tests", inplace.not_run_line())
+        return
+    base_env = {k: v for k, v in env.items() if k != "GOFLAGS"}
+    inplace.step_grpcserver(rep, work, tree, substrate_src, patches(), base_env,
+                            lambda: lint_binary(rep), lambda p: fresh_tree(src, p, base))
 
 
 def step_go(rep: Report, src: Path, work: Path, base: str, lint: bool) -> None:
@@ -289,7 +295,8 @@ def step_go(rep: Report, src: Path, work: Path, base: str, lint: bool) -> None:
                     else "golangci-lint NOT RUN (--no-lint)"), secs, out)
 
 
-def step_go_tests(rep: Report, src: Path, work: Path, base: str) -> None:
+def step_go_tests(rep: Report, src: Path, work: Path, base: str,
+                  substrate_src: Path | None = None) -> None:
     go_patches = [p for p in patches() if "go" in touched(p)]
     tree = work / "go-series"
     fresh_tree(src, tree, base)
@@ -310,7 +317,7 @@ def step_go_tests(rep: Report, src: Path, work: Path, base: str) -> None:
     rep.line("PASS" if code == 0 else ("NOT RUN" if code == 3 else "FAIL"), "go-tests",
              f"go test -race of the touched packages on {len(go_patches)} Go patches in "
              "order (embedded PostgreSQL, substitute modfile)", secs, out)
-    step_probe(rep, tree, env)
+    step_probe(rep, tree, env, substrate_src, work, src, base)
 
 
 def step_crd(rep: Report, src: Path, work: Path, base: str) -> None:
@@ -356,6 +363,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--step", action="append", choices=STEPS, dest="steps",
                     help="run only these steps (default: all)")
     ap.add_argument("--no-lint", action="store_true", help="skip golangci-lint (said so)")
+    ap.add_argument("--substrate-src", type=Path, default=inplace.default_src(),
+                    help="an agent-substrate/substrate clone or git directory: run grpcserver's "
+                         "checks in place on a compile stand-in (default $KGM_SUBSTRATE_SRC; "
+                         "without it they say NOT RUN)")
     args = ap.parse_args(argv)
     base = base_commit()
     if not patches():
@@ -387,7 +398,7 @@ def main(argv: list[str] | None = None) -> int:
         if "go" in steps:
             step_go(rep, src, work, base, lint=not args.no_lint)
         if "go-tests" in steps:
-            step_go_tests(rep, src, work, base)
+            step_go_tests(rep, src, work, base, args.substrate_src)
         if "crd" in steps:
             step_crd(rep, src, work, base)
     if "python" in steps:

@@ -47,7 +47,12 @@ from mautrix.types import (
 )
 
 from ..control_room import ControlRoomCheck
-from ..controls import ConfirmationLedger, MemoryControls, parse_memory_command
+from ..controls import (
+    AsyncConfirmationLedger,
+    ConfirmationLedger,
+    MemoryControls,
+    parse_memory_command,
+)
 from ..errors import GovernanceError, ReasonCode
 from ..identity import AgentIdentity, MemoryScope, OriginKind, Principal, ScopeKey, server_name_of
 from ..repository import ControlRepository
@@ -108,7 +113,7 @@ class MatrixBridge:
         issuer: str,
         bridged_users: Sequence[str] = (),
         confirmation_secret: bytes | None = None,
-        ledger: ConfirmationLedger | None = None,
+        ledger: ConfirmationLedger | AsyncConfirmationLedger | None = None,
     ) -> None:
         self.server_name = server_name
         self.store = store

@@ -1,0 +1,189 @@
+"""In-place checks of ``go/core/internal/grpcserver`` for ``verify_kagent_main.py --substrate-src``.
+
+Package grpcserver imports ``github.com/kagent-dev/substrate`` (through ``service/system``), of
+which the module proxy here serves no version.  Given an agent-substrate/substrate source, this
+module builds the COMPILE STAND-IN (``kagent_main_substrate.py``: agent-substrate@86e138f6 +
+this project's overlay; not the real v0.0.20), writes a substitute go.mod that replaces
+substrate with it (``kagent_main_modfile.py --substrate``), and on the tree holding the Go
+patches in order runs, in place:
+
+* ``go vet ./core/internal/grpcserver/...``;
+* golangci-lint (main's pin, rebuilt as ``verify_kagent_main.lint_binary`` does) with main's
+  ``go/.golangci.yaml`` minus its custom plugins (they lint ``api/v1alpha*`` only);
+* ``go test -race -count=1 -v ./core/internal/grpcserver/...``;
+
+and then shows the tests the fix adds fail without it: BASE plus only the ``_test.go`` files
+under grpcserver of the patch that fixes grpcserver (``git apply --include``), where ``go test``
+must compile and fail, each failing test being one of the added ones.
+
+Stdlib only; imported by ``verify_kagent_main.py`` (which passes in what it owns, so there is
+no import cycle).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Protocol
+
+SCRIPTS = Path(__file__).resolve().parent
+PKG_DIR = "go/core/internal/grpcserver"
+PKG = "./core/internal/grpcserver/..."
+STEP = "go-tests"
+STANDIN = "substrate COMPILE STAND-IN (not the real v0.0.20)"
+
+
+class Reporter(Protocol):
+    def line(self, status: str, step: str, what: str, secs: float = 0.0,
+             out: str = "") -> None: ...
+
+
+def run(cmd: list[str], cwd: Path | None = None, env: dict[str, str] | None = None,
+         timeout: float = 3600) -> tuple[int, str, float]:
+    started = time.monotonic()
+    done = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=timeout, check=False)
+    return done.returncode, done.stdout + done.stderr, time.monotonic() - started
+
+
+def fix_patch(patches: list[Path]) -> Path | None:
+    """The patch that changes grpcserver's non-test code and adds tests there."""
+    for patch in patches:
+        files = re.findall(r"^diff --git a/(\S+) ", patch.read_text(), re.MULTILINE)
+        mine = [f for f in files if f.startswith(PKG_DIR + "/")]
+        if any(f.endswith("_test.go") for f in mine) and any(
+                not f.endswith("_test.go") for f in mine):
+            return patch
+    return None
+
+
+def standin_env(rep: Reporter, work: Path, tree: Path, substrate_src: Path,
+                base_env: dict[str, str]) -> dict[str, str] | None:
+    """The Go environment for ``tree`` with substrate replaced by the stand-in."""
+    code, out, secs = run([sys.executable, str(SCRIPTS / "kagent_main_substrate.py"),
+                            "--src", str(substrate_src)], env=base_env)
+    if code != 0:
+        lines = [x for x in out.splitlines() if "NOT RUN" in x] or out.strip().splitlines()[-1:]
+        rep.line("NOT RUN" if code == 3 else "FAIL", STEP,
+                 f"building the {STANDIN}: " + (lines[-1] if lines else f"exit {code}"),
+                 secs, out)
+        return None
+    standin = Path(out.strip().splitlines()[-1])
+    print("\n".join("    " + x for x in out.strip().splitlines() if x.startswith("***")),
+          flush=True)
+    out_dir = work / "modfile-standin" / tree.name
+    code, out, secs = run([sys.executable, str(SCRIPTS / "kagent_main_modfile.py"), "--tree",
+                            str(tree), "--out", str(out_dir), "--substrate", str(standin)],
+                           env=base_env)
+    if code != 0:
+        rep.line("FAIL", STEP, f"substitute go.mod with the {STANDIN} for {tree.name}", secs,
+                 out)
+        return None
+    print("\n".join("    " + x for x in out.rstrip().splitlines()
+                    if "substituted:" in x or "packages:" in x), flush=True)
+    return {**base_env, "GOFLAGS": f"-modfile={out_dir / 'go.mod'} -mod=mod"}
+
+
+def _lint_config(go_dir: Path) -> Path:
+    sys.path.insert(0, str(SCRIPTS))
+    import verify_go_series as vgs
+
+    text = (go_dir / ".golangci.yaml").read_text()
+    derived = go_dir / ".golangci.verify-inplace.yaml"
+    derived.write_text(vgs.config_with_plugins(text, set(vgs.custom_linters(text)), {}))
+    return derived
+
+
+def _tests(out: str) -> tuple[int, list[str]]:
+    return out.count("--- PASS: "), re.findall(r"--- FAIL: (\S+)", out)
+
+
+def check_in_place(rep: Reporter, work: Path, tree: Path, env: dict[str, str],
+                   lint_binary: Callable[[], Path | None]) -> None:
+    go_dir = tree / "go"
+    code, out, secs = run(["go", "vet", PKG], cwd=go_dir, env=env)
+    rep.line("PASS" if code == 0 else "FAIL", STEP,
+             f"go vet {PKG} in place (all Go patches; {STANDIN})", secs, out)
+    binary = lint_binary()
+    if binary is None:
+        rep.line("NOT RUN", STEP, f"golangci-lint of {PKG} in place: no golangci-lint binary")
+    else:
+        config = _lint_config(go_dir)
+        lint_env = {**env, "GOLANGCI_LINT_CACHE": str(work / "golangci-lint-inplace")}
+        try:
+            code, out, secs = run([str(binary), "run", "--config", str(config), PKG],
+                                   cwd=go_dir, env=lint_env)
+        finally:
+            config.unlink(missing_ok=True)
+        rep.line("PASS" if code == 0 else "FAIL", STEP,
+                 f"golangci-lint {PKG} in place (main's .golangci.yaml minus its custom "
+                 f"plugins; {STANDIN})", secs, out)
+    code, out, secs = run(["go", "test", "-race", "-count=1", "-v", PKG], cwd=go_dir, env=env)
+    passed, failed = _tests(out)
+    if code == 0 and passed == 0:
+        code, out = 1, out + "\nno test ran"
+    rep.line("PASS" if code == 0 else "FAIL", STEP,
+             f"go test -race {PKG} in place: {passed} passed, {len(failed)} failed "
+             f"(all Go patches; {STANDIN})", secs, out)
+
+
+def check_without_fix(rep: Reporter, work: Path, tree: Path, patch: Path,
+                      env: dict[str, str]) -> None:
+    """BASE + only ``patch``'s grpcserver tests: they must compile and fail."""
+    include = f"{PKG_DIR}/*_test.go"
+    code, out, secs = run(["git", "-C", str(tree), "apply", f"--include={include}",
+                            str(patch)])
+    if code != 0:
+        rep.line("FAIL", STEP, f"{patch.name}'s grpcserver tests do not apply alone on BASE",
+                 secs, out)
+        return
+    added = re.findall(r"^\+func (Test\w+)\(", patch.read_text(), re.MULTILINE)
+    code, out, secs = run(["go", "test", "-race", "-count=1", "-v", PKG], cwd=tree / "go",
+                           env=env)
+    passed, failed = _tests(out)
+    top = sorted({name.split("/")[0] for name in failed})
+    ok = (code != 0 and "[build failed]" not in out and bool(top)
+          and all(name in added for name in top))
+    if not ok:
+        out += (f"\nexpected a compiled run failing only in the tests {patch.name} adds "
+                f"({', '.join(added)}); failed: {', '.join(top) or 'none'}")
+    rep.line("PASS" if ok else "FAIL", STEP,
+             f"without {patch.name[:4]}'s fix (BASE + its grpcserver tests only) go test "
+             f"-race {PKG} fails as it must: {', '.join(top) or 'nothing'} failed, {passed} "
+             f"passed ({STANDIN})", secs, out)
+
+
+def step_grpcserver(rep: Reporter, work: Path, series_tree: Path, substrate_src: Path,
+                    patches: list[Path], base_env: dict[str, str],
+                    lint_binary: Callable[[], Path | None],
+                    base_tree: Callable[[Path], None]) -> None:
+    """All of the above; ``base_tree(path)`` makes a clean tree at BASE there."""
+    patch = fix_patch(patches)
+    if patch is None:
+        rep.line("NOT RUN", STEP, f"no patch changes {PKG_DIR} with tests: nothing in place")
+        return
+    env = standin_env(rep, work, series_tree, substrate_src, base_env)
+    if env is None:
+        return
+    check_in_place(rep, work, series_tree, env, lint_binary)
+    nofix = work / "grpcserver-nofix"
+    base_tree(nofix)
+    env = standin_env(rep, work, nofix, substrate_src, base_env)
+    if env is not None:
+        check_without_fix(rep, work, nofix, patch, env)
+
+
+def not_run_line() -> str:
+    return ("go vet, golangci-lint and go test of ./core/internal/grpcserver in place: it "
+            "imports github.com/kagent-dev/substrate (through service/system), of which the "
+            "module proxy serves no version; pass --substrate-src (or set KGM_SUBSTRATE_SRC) "
+            "to an agent-substrate/substrate clone to run them on a compile stand-in")
+
+
+def default_src() -> str | None:
+    return os.environ.get("KGM_SUBSTRATE_SRC") or None
