@@ -49,11 +49,15 @@ SUBSTITUTES: dict[str, tuple[str, str]] = {
         "v0.0.0-20260820015531-47320ba1a73b", "v0.0.0-20260826214018-9739e10eb9d7"),
 }
 
-# With --substrate the stand-in's requirements make the go command load the whole module graph,
-# where the substitute istio requires envoy v1.37.1-0.20260409083702-98966259b99a (refused, 403):
-# envoy then has to be at a served version at or above that one.
+# With --substrate the packages that import substrate are built too, and four of them
+# (core/cmd/controller, core/cmd/controller-v2, core/pkg/app, core/v2/controller) reach istio's
+# pkg/kube/kclient, which at the istio above lacks client-go v0.36's HasSyncedChecker; the newest
+# istio the proxy serves (@latest on 2026-12-03) has it.  Its envoy requirement
+# (v1.37.1-0.20260713214202-ca8ce173c36f) is refused (403) and the packages it imports are first
+# in envoy v1.40.0 (what `-mod=mod` picks), so envoy goes there.
 STANDIN_SUBSTITUTES: dict[str, str] = {
-    "github.com/envoyproxy/go-control-plane/envoy": "v1.38.0",
+    "github.com/envoyproxy/go-control-plane/envoy": "v1.40.0",
+    "istio.io/istio": "v0.0.0-20260827124520-eed52ebb66ad",
 }
 
 # Refused by the module proxy (403) on 2026-12-02; no version at all is served, so it is
@@ -85,8 +89,8 @@ def substitute(go_mod: str, substrate: Path | None = None) -> tuple[str, list[st
         reason = "refused by the proxy, 403; nearest served"
         if substrate is not None and mod in STANDIN_SUBSTITUTES:
             served = STANDIN_SUBSTITUTES[mod]
-            reason = ("refused by the proxy, 403; with the substrate stand-in the substitute "
-                      "istio's envoy requirement needs a served version at or above it")
+            reason = ("refused by the proxy, 403; with the substrate stand-in: see "
+                      "STANDIN_SUBSTITUTES")
         pattern = re.compile(
             rf"^(\s*(?:require\s+)?){re.escape(mod)}\s+{re.escape(pinned)}(?=\s|$)", re.MULTILINE)
         go_mod, count = pattern.subn(rf"\g<1>{mod} {served}", go_mod)
