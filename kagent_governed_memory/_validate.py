@@ -12,6 +12,7 @@ from array import array
 from collections.abc import Iterable, Sequence
 from typing import Any, cast
 
+import numpy as np
 from pgvector import Vector
 
 from .errors import ConsentRequired, FactTooLarge, GovernanceError, InvalidInput, ReasonCode
@@ -59,28 +60,21 @@ def _check_fact(fact: object, max_bytes: int) -> None:
         raise FactTooLarge(ReasonCode.FACT_TOO_LARGE)
 
 
-def _floats(values: object, dimension: int) -> list[float] | None:
-    """``dimension`` finite numbers, or None.  Converted and summed in C: this check is on every
-    search's path; the per-value scan only runs when the sum is not finite (NaN, inf, or an
-    overflow)."""
-    if isinstance(values, str | bytes) or not hasattr(values, "__len__"):
-        return None
-    if len(values) != dimension:
-        return None
-    try:
-        numbers = array("d", cast("Iterable[float]", values))  # any iterable: checked here
-    except (TypeError, ValueError, OverflowError):
-        return None
-    if not math.isfinite(sum(numbers)) and not all(map(math.isfinite, numbers)):
-        return None
-    return numbers.tolist()
-
-
 def _vector(values: object, dimension: int = EMBEDDING_DIMENSION) -> Vector:
-    floats = _floats(values, dimension)
-    if floats is None:
-        raise InvalidInput(ReasonCode.INVALID_EMBEDDING)
-    return Vector(floats)
+    """The query or fact vector as it is sent: ``dimension`` numbers, float32 (pgvector's),
+    every one finite *in float32* -- a float64 that overflows it is refused here, not by the
+    server.  On every search's path, so no Python list is built: one conversion in C, one sum
+    in C (768 finite float32 values cannot overflow a float64 sum, so the sum is finite exactly
+    when every value is), and numpy hands the buffer to pgvector."""
+    if (not isinstance(values, str | bytes) and hasattr(values, "__len__")
+            and len(values) == dimension):
+        try:
+            numbers = array("f", cast("Iterable[float]", values))  # any iterable: checked here
+        except (TypeError, ValueError, OverflowError):
+            numbers = None
+        if numbers is not None and math.isfinite(sum(numbers)):
+            return Vector(np.frombuffer(numbers, dtype=np.float32))
+    raise InvalidInput(ReasonCode.INVALID_EMBEDDING)
 
 
 def _parse_entry_id(entry_id: object) -> uuid.UUID:

@@ -112,6 +112,8 @@ async def test_b4_entry_cap_refuses_whole_batches(store, database, granted):
 @pytest.mark.parametrize("embedding", [
     [0.1] * 767, [0.1] * 769, [], [float("nan")] + [0.1] * 767, [float("inf")] + [0.1] * 767,
     ["0.1"] * 767 + ["x"], "0.1,0.2", None, 42, [[0.1]] * 768, [1e400] * 768,
+    # finite as a float64, infinite as the float32 pgvector stores: refused before the server
+    [1e39] + [0.1] * 767, [-3.5e38] * 768,
 ])
 async def test_bad_embeddings_refused(store, database, granted, embedding):
     key, g = granted
