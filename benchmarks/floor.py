@@ -47,11 +47,13 @@ from typing import Any
 
 import psycopg
 from pgvector import Vector
+from psycopg import sql as pgsql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import run as bench  # noqa: E402  (benchmarks/run.py: data, identities, statistics)
 
+from kagent_governed_memory._pgtypes import _Vectors  # noqa: E402
 from kagent_governed_memory._validate import _key  # noqa: E402
 
 SEARCH_TARGET = 1.25
@@ -162,33 +164,35 @@ async def measure_saves(owner: psycopg.AsyncConnection, admin: psycopg.AsyncConn
     one (the duplicate check reads every live entry of the scope)."""
     cap = store.policy.entry_cap
     total = warmup + iters
+    # each variant writes to its own scopes, so every scope is equally full at each step
+    keys = {(name, j): bench.scope_key(f"floor-{name}-{j}")
+            for name in SAVES for j in range(math.ceil(total / cap))}
     gens, ids = {}, {}
-    for j in range(math.ceil(total / cap)):
-        key = bench.scope_key(f"floor-w{j}")
-        gens[j] = (await store.grant(key, purpose=bench.PURPOSE)).generation
-        ids[j] = (await (await admin.execute(
-            "INSERT INTO floor_scope SELECT * FROM memory_scope WHERE principal_subject = %s"
-            " AND room_id = %s RETURNING id", [key.principal.subject, key.scope.room_id])
-        ).fetchone())[0]
+    for (name, j), key in keys.items():
+        gens[name, j] = (await store.grant(key, purpose=bench.PURPOSE)).generation
+        if name.startswith("plain"):
+            ids[name, j] = (await (await admin.execute(
+                "INSERT INTO floor_scope SELECT * FROM memory_scope WHERE principal_subject = %s"
+                " AND room_id = %s RETURNING id", [key.principal.subject, key.scope.room_id])
+            ).fetchone())[0]
     samples: dict[str, list[float]] = {name: [] for name in SAVES}
     for i in range(total):
         vec, j = vectors[i % len(vectors)], i // cap
-        key = bench.scope_key(f"floor-w{j}")
+        text = f"floor saved fact {i}"
 
-        def text(name: str) -> str:
-            return f"floor saved fact {i} {name}"
+        def plain(name: str, query: str) -> Callable[[], Any]:
+            return partial(_rows, owner, query, [ids[name, j], text, vec, gens[name, j]])
         ops: dict[str, Callable[[], Any]] = {
-            "plain_insert": partial(_rows, owner, PLAIN_INSERT,
-                                    [ids[j], text("plain_insert"), vec, gens[j]]),
-            "plain_locked": partial(_rows, owner, PLAIN_LOCKED,
-                                    [ids[j], text("plain_locked"), vec, gens[j]]),
-            "plain_dedupe": partial(_rows, owner, PLAIN_DEDUPE,
-                                    [ids[j], text("plain_dedupe"), vec, gens[j]]),
+            "plain_insert": plain("plain_insert", PLAIN_INSERT),
+            "plain_locked": plain("plain_locked", PLAIN_LOCKED),
+            "plain_dedupe": plain("plain_dedupe", PLAIN_DEDUPE),
             "governed_sql_save": partial(
                 _rows, app, bench.governed_sql.query("SaveMemoryEntries"),
-                [*key_args_of(key, gens[j]), [text("governed_sql_save")], [vec]]),
-            "governed_save": partial(store.save, key, gens[j],
-                                     facts=[text("governed_save")], embeddings=[vec.to_list()]),
+                [*key_args_of(keys["governed_sql_save", j], gens["governed_sql_save", j]),
+                 [text], _Vectors([vec])]),
+            "governed_save": partial(store.save, keys["governed_save", j],
+                                     gens["governed_save", j], facts=[text],
+                                     embeddings=[vec.to_list()]),
         }
         order = SAVES[i % len(SAVES):] + SAVES[: i % len(SAVES)]
         for name in order:
@@ -200,6 +204,48 @@ async def measure_saves(owner: psycopg.AsyncConnection, admin: psycopg.AsyncConn
 
 def key_args_of(key: bench.ScopeKey, generation: int) -> list[Any]:
     return [*_key(key), generation, bench.PROTOTYPE_POLICY.version]
+
+
+_FUNCTION_TIMES = """
+SELECT funcname, calls, total_time, self_time FROM pg_stat_user_functions
+ WHERE schemaname = current_schema()"""
+
+
+async def profile_save(app_dsn: str, admin: psycopg.AsyncConnection, owner_dsn: str,
+                       saves: int) -> dict[str, dict[str, float]]:
+    """Where a governed save's time goes inside the database: ``track_functions = 'all'`` for
+    the application login's fresh sessions only (reset afterwards), ``saves`` store.save
+    calls, then PostgreSQL's own per-function counters -- calls, total and self time, in
+    microseconds per save.  Everything outside the functions (the executor around the call,
+    the commit) is the statement's time minus ``memory_save``'s total."""
+    role = conninfo_to_dict(app_dsn).get("user") or ""
+    await admin.execute(pgsql.SQL("ALTER ROLE {} SET track_functions = 'all'").format(
+        pgsql.Identifier(role)))
+    try:
+        store = await bench.open_store(app_dsn, owner_dsn, max_size=1)
+        try:
+            key = bench.scope_key("floor-profile")
+            gen = (await store.grant(key, purpose=bench.PURPOSE)).generation
+            vec = [1.0] + [0.0] * (bench.DIM - 1)
+            await asyncio.sleep(1.5)  # the grant's counters published before the baseline
+            before = {r[0]: r[1:] for r in await (await admin.execute(_FUNCTION_TIMES)).fetchall()}
+            for i in range(saves):
+                await store.save(key, gen, facts=[f"floor profiled fact {i}"], embeddings=[vec])
+        finally:
+            await store.close()
+        await asyncio.sleep(1.5)  # the backend publishes its counters when idle
+        after = await (await admin.execute(_FUNCTION_TIMES)).fetchall()
+    finally:
+        await admin.execute(pgsql.SQL("ALTER ROLE {} RESET track_functions").format(
+            pgsql.Identifier(role)))
+    out = {}
+    for name, calls, total, self_ in after:
+        c0, t0, s0 = before.get(name, (0, 0.0, 0.0))
+        if calls - c0 >= saves:  # called by every save (not the grant's)
+            out[name] = {"calls_per_save": (calls - c0) / saves,
+                         "total_us": (total - t0) * 1000 / saves,
+                         "self_us": (self_ - s0) * 1000 / saves}
+    return out
 
 
 async def run_floor(owner_dsn: str, app_dsn: str, admin_dsn: str, size: bench.Size,
@@ -232,11 +278,14 @@ async def run_floor(owner_dsn: str, app_dsn: str, admin_dsn: str, size: bench.Si
         vectors = [q[1] for q in queries]
         saves = await measure_saves(owner, admin, app, store, vectors, size.save_iters,
                                      size.warmup)
+        progress("profiling saves")
+        profile = await profile_save(app_dsn, admin, dsn, min(size.save_iters, 50))
         meta = {"size": asdict(size), "machine": bench.machine_facts(),
                 "loadavg": os.getloadavg(),
                 "postgres": await bench._one(owner, "SHOW server_version")}
         return {"search": {k: asdict(v) for k, v in search.items()},
-                "save": {k: asdict(v) for k, v in saves.items()}, "meta": meta}
+                "save": {k: asdict(v) for k, v in saves.items()}, "save_profile": profile,
+                "meta": meta}
     finally:
         await store.close()
         for conn in (app, owner, admin):
@@ -276,6 +325,10 @@ def render(result: dict[str, Any]) -> str:
     ratio = w["governed_save"]["median"] / base
     lines.append(f"\ngoverned save / plain insert: {ratio:.2f}× (target ≤ {SAVE_TARGET}×: "
                  f"{'met' if ratio <= SAVE_TARGET else 'MISSED'})")
+    lines += ["", "| inside the database, per save | calls | total | self |", "|---|---|---|---|"]
+    for name, p in sorted(result["save_profile"].items(), key=lambda kv: -kv[1]["self_us"]):
+        lines.append(f"| `{name}` | {p['calls_per_save']:.0f} | {p['total_us']:.0f} µs |"
+                     f" {p['self_us']:.0f} µs |")
     meta = result["meta"]
     lines.append(f"\nsize {meta['size']['name']} ({meta['size']['scopes']} scopes × "
                  f"{meta['size']['facts']} facts), PostgreSQL {meta['postgres']}, load average "

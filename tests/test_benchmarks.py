@@ -293,5 +293,8 @@ async def test_floor_benchmark_at_a_tiny_size(database):
     assert set(result["search"]) == {"select1", "plain", "plain_fn", "governed_sql", "governed"}
     assert all(s["n"] == 12 and s["median"] > 0 for s in result["search"].values())
     assert {k: s["n"] for k, s in result["save"].items()} == dict.fromkeys(floor.SAVES, 8)
+    # the database's own per-function counters: every save runs memory_save and its trigger
+    assert {"memory_save", "memory_entry_fence"} <= set(result["save_profile"])
+    assert result["save_profile"]["memory_save"]["calls_per_save"] == 1
     table = floor.render(result)
     assert "governed search / plain:" in table and "governed save / plain insert:" in table
