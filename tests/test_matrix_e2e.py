@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
+from matrix_kagent import assert_served_by_the_controller, explicit_budget
 from matrix_support import (
     ATTACK,
     AGENT,
@@ -69,20 +70,57 @@ async def homeserver(homeserver_dir: Any) -> AsyncIterator[Any]:
     await hs.stop()
 
 
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def world(homeserver: Any, postgresql_proc: Any) -> AsyncIterator[World]:
+async def _world(homeserver: Any, postgresql_proc: Any, mode: str) -> AsyncIterator[World]:
     db, base = module_database(postgresql_proc)
     try:
-        async for w in world_context(homeserver, db):
+        async for w in world_context(homeserver, db, mode):
             yield w
     finally:
         drop_database(base, db)
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def expiring(world: World) -> dict[str, Any]:
+async def direct_world(homeserver: Any, postgresql_proc: Any) -> AsyncIterator[World]:
+    async for w in _world(homeserver, postgresql_proc, "direct"):
+        yield w
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def kagent_world(homeserver: Any, postgresql_proc: Any) -> AsyncIterator[World]:
+    """The same walk through the compiled controller (``matrix_kagent``), on the same
+    homeserver; loudly NOT RUN without Go or kagent's source."""
+    from matrix_kagent import NOT_RUN, unavailable
+
+    why = unavailable()
+    if why is not None:
+        print(f"\n*** {NOT_RUN}: {why} ***")
+        pytest.skip(f"{NOT_RUN}: {why}")
+    async for w in _world(homeserver, postgresql_proc, "kagent"):
+        yield w
+
+
+@pytest.fixture(params=["direct"])
+def mode(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def world(request: pytest.FixtureRequest, mode: str) -> World:
+    """The module's world of ``mode``: both stay up for the whole module, so the kagent runs
+    fall inside the minute ``test_hard_expiry`` waits for anyway."""
+    found: World = request.getfixturevalue(f"{mode}_world")
+    return found
+
+
+# the core walk in both modes: ``direct`` and ``kagent`` (through the compiled controller)
+both_modes = pytest.mark.parametrize("mode", ["direct", "kagent"])
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def expiring(direct_world: World) -> dict[str, Any]:
     """A fact saved under the shortest entry lifetime the schema allows (one minute), at the
     start of the module; ``test_hard_expiry`` (last in the file) waits out the rest."""
+    world = direct_world
     mia = await world.person("mia")
     room = await world.control_room(mia, "brief-agent", bridge=world.brief_bridge)
     assert "Memory is on" in (await world.consent(mia, room, "brief-agent")).body
@@ -96,6 +134,7 @@ async def expiring(world: World) -> dict[str, Any]:
 # -- the walk: provision, nothing before consent, consent, save, inspect, forget one, off ---
 
 
+@both_modes
 @pytest.mark.usefixtures("expiring")  # starts the one-minute clock early (test_hard_expiry)
 async def test_the_walk(world: World) -> None:
     alice = await world.person("alice")
@@ -158,7 +197,10 @@ async def test_the_walk(world: World) -> None:
     assert forgot.body == f"Forgot entry {tea}: verified gone.", forgot.body
     after = entries((await alice.ask(room, "!memory inspect my-agent")).body)
     assert list(after.values()) == ["my cat is called Miso."]
-    assert "green tea" not in (await alice.ask(room, "What do I like to drink?")).body
+    await explicit_budget(world, alice.user_id)  # the 4th explicit operation (kagent's policy)
+    again = await alice.ask(room, "What do I like to drink?")
+    assert not again.body.startswith("No memory:"), again.body  # recalled, not refused
+    assert "green tea" not in again.body, again.body
 
     # off = disable and clear, after a confirmation
     asked = await alice.ask(room, "!memory off my-agent")
@@ -170,6 +212,8 @@ async def test_the_walk(world: World) -> None:
         "Not saved: consent_required."
     assert "remembers nothing" in (await alice.ask(room, "!memory inspect my-agent")).body
     assert world.rows() == before
+    if world.mode == "kagent":
+        assert_served_by_the_controller(world)
 
 
 # -- the entry cap, and no reuse across rooms, users or agents ------------------------------
