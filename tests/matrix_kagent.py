@@ -114,3 +114,12 @@ def assert_served_by_the_controller(world: World) -> None:
     bridge = {"consent", "status", "inspect", "forget", "withdraw"}
     runtime = {"generation", "admit", "entries", "search"}
     assert bridge | runtime <= routes, sorted((bridge | runtime) - routes)
+
+
+def controller_sinks(world: World) -> list[tuple[str, str]]:
+    """Kagent mode: the controller's own log, a sink to probe (it logged, so it can leak)."""
+    if world.mode != "kagent":
+        return []
+    log = world.controller.log.read_text()
+    assert "Governed memory operation" in log
+    return [("the controller's log", log)]

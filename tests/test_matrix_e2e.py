@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
-from matrix_kagent import assert_served_by_the_controller, explicit_budget
+from matrix_kagent import assert_served_by_the_controller, controller_sinks, explicit_budget
 from matrix_support import (
     ATTACK,
     AGENT,
@@ -232,6 +232,7 @@ async def test_the_entry_cap_refuses_the_fourth_fact(world: World) -> None:
     assert len(entries((await dora.ask(room, "!memory inspect my-agent")).body)) == 3
 
 
+@both_modes
 async def test_no_reuse_across_rooms_users_or_agents(world: World) -> None:
     erin, fred = await world.person("erin"), await world.person("fred")
     first = await world.control_room(erin)
@@ -426,6 +427,7 @@ async def test_a_prompt_to_ignore_the_rules_changes_nothing(world: World) -> Non
 # -- sentinels: in no log, span, room state or database table outside the store ---------------
 
 
+@both_modes
 async def test_no_sentinel_outside_the_store(world: World) -> None:
     import logging
 
@@ -507,7 +509,8 @@ async def test_no_sentinel_outside_the_store(world: World) -> None:
                            ("every log, sanitized", logs), ("spans", spans),
                            ("room state", state),
                            ("database tables outside memory_entry", dumps),
-                           ("the homeserver's log", synapse_log(world.hs))):
+                           ("the homeserver's log", synapse_log(world.hs)),
+                           *controller_sinks(world)):
         leaked = _leaks(haystack, s)
         assert not leaked, f"sentinels {leaked} leaked into {sink}"
     # the probe can fail: the fact is in the room's timeline (the conversation itself)
