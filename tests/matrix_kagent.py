@@ -109,7 +109,8 @@ def assert_served_by_the_controller(world: World) -> None:
     ServiceAccount may call) and the agent runtime's."""
     from kagent_governed_memory._embedded import CONTROLLER_ROLE
 
-    assert database_logins(world.db) == {CONTROLLER_ROLE}
+    logins = database_logins(world.db)
+    assert logins == {CONTROLLER_ROLE}, f"logins on the database besides the controller: {logins}"
     routes = controller_routes(world)
     bridge = {"consent", "status", "inspect", "forget", "withdraw"}
     runtime = {"generation", "admit", "entries", "search"}

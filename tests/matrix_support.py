@@ -94,6 +94,14 @@ def runtime_login(db: Db, login: str) -> str:
     return make_conninfo(db.dsn, user=login)
 
 
+_ENTRY = re.compile(r"^- (?P<id>\S+): (?P<text>.*) \(saved ", re.M)
+
+
+def entries(inspect_body: str) -> dict[str, str]:
+    """id → text of an inspect page as the user reads it."""
+    return {m.group("id"): m.group("text") for m in _ENTRY.finditer(inspect_body)}
+
+
 @dataclass
 class Reply:
     sender: str
