@@ -54,16 +54,23 @@ async def direct_world(homeserver: Any, postgresql_proc: Any) -> AsyncIterator[W
         yield w
 
 
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def kagent_world(homeserver: Any, postgresql_proc: Any) -> AsyncIterator[World]:
-    """The same walk through the compiled controller (``matrix_kagent``), on the same
-    homeserver; loudly NOT RUN without Go or kagent's source."""
+@pytest.fixture(scope="module")
+def controller_built() -> None:
+    """The compiled controller, built (or from its cache); loudly NOT RUN without Go or
+    kagent's source -- asked before the homeserver, so that is the reason given."""
     from matrix_kagent import NOT_RUN, unavailable
 
     why = unavailable()
     if why is not None:
         print(f"\n*** {NOT_RUN}: {why} ***")
         pytest.skip(f"{NOT_RUN}: {why}")
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def kagent_world(controller_built: None, homeserver: Any,
+                       postgresql_proc: Any) -> AsyncIterator[World]:
+    """The same walk through the compiled controller (``matrix_kagent``), on the same
+    homeserver."""
     async for w in _world(homeserver, postgresql_proc, "kagent"):
         yield w
 

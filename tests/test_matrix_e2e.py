@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from matrix_fixtures import (  # noqa: F401  (the fixtures)
     both_modes,
+    controller_built,
     direct_world,
     expiring,
     homeserver,
