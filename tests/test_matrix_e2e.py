@@ -6,6 +6,10 @@ bridge (``kagent_governed_memory.matrix``); google-adk A2A agents (``governed_a2
 google-adk's ``to_a2a``) with the scripted model; the governed store on the embedded
 PostgreSQL.  Where Synapse cannot start the module is skipped with a loud
 ``MATRIX E2E NOT RUN`` reason.
+
+``both_modes`` tests run again in kagent mode (``matrix_kagent``): the agents and the bridge
+talk to the compiled controller, the only database login; without Go or kagent's source they
+are skipped with ``MATRIX KAGENT MODE NOT RUN`` and the reason.
 """
 
 from __future__ import annotations
