@@ -17,7 +17,13 @@ from contextlib import AsyncExitStack
 from typing import Any
 
 from conftest import CONTROLLER_BUDGETS, LOCAL, Db
-from go_controller import BRIDGE_SERVICE_ACCOUNT, Unavailable, build, controller, service_account_token
+from go_controller import (
+    BRIDGE_SERVICE_ACCOUNT,
+    Unavailable,
+    build,
+    controller,
+    service_account_token,
+)
 from matrix_support import AGENT, ISSUER, OTHER, World, closing_people, serve_governed, start_bridge
 
 from kagent_governed_memory import KagentBridgeStore, KagentControllerStore
