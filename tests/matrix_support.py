@@ -94,6 +94,14 @@ def runtime_login(db: Db, login: str) -> str:
     return make_conninfo(db.dsn, user=login)
 
 
+_ENTRY = re.compile(r"^- (?P<id>\S+): (?P<text>.*) \(saved ", re.M)
+
+
+def entries(inspect_body: str) -> dict[str, str]:
+    """id → text of an inspect page as the user reads it."""
+    return {m.group("id"): m.group("text") for m in _ENTRY.finditer(inspect_body)}
+
+
 @dataclass
 class Reply:
     sender: str
@@ -181,7 +189,7 @@ class Agent:
     identity: AgentIdentity
     model: ScriptedModel
     url: str
-    store: GovernedMemoryStore
+    store: Any  # GovernedMemoryStore (direct) or KagentControllerStore (kagent)
     memory: Any
 
 
@@ -190,15 +198,18 @@ class World:
     hs: Any
     db: Db
     bridge: Any
-    brief_bridge: Any
-    bridge_store: GovernedMemoryStore
+    brief_bridge: Any  # None in kagent mode (the controller serves one policy, 7-day TTL)
+    bridge_store: Any  # GovernedMemoryStore (direct) or KagentBridgeStore (kagent)
     agents: dict[str, Agent]
+    mode: str = "direct"
+    controller: Any = None  # kagent mode: the compiled controller (go_controller)
+    prefix: str = ""  # of every Matrix localpart this world registers (one homeserver, 2 worlds)
     people: list[Person] = field(default_factory=list)
     _users: int = 0
 
     async def person(self, name: str) -> Person:
         self._users += 1
-        user_id, token = await self.hs.register(f"{name}{self._users}")
+        user_id, token = await self.hs.register(f"{self.prefix}{name}{self._users}")
         p = Person(self.hs, user_id, token)
         self.people.append(p)
         return p
@@ -219,13 +230,6 @@ class World:
 
 async def serve_agent(stack: AsyncExitStack, db: Db, identity: AgentIdentity, login: str,
                       policy: MemoryPolicy, public_keys: dict[str, Any]) -> Agent:
-    from google.adk.agents import LlmAgent
-    from google.adk.sessions import InMemorySessionService
-    from test_a2a import serving
-
-    from kagent_governed_memory.adk import GovernedMemoryService
-    from kagent_governed_memory.adk.a2a import governed_a2a_app
-
     dsn = runtime_login(db, login)
     async with await GovernedMemoryStore.open(db.operator_dsn, local_server=LOCAL,
                                               sweep_every=None, timeout=POOL_TIMEOUT) as op:
@@ -233,6 +237,20 @@ async def serve_agent(stack: AsyncExitStack, db: Db, identity: AgentIdentity, lo
     store = await GovernedMemoryStore.open(dsn, local_server=LOCAL,
                                            policy=policy, sweep_every=None, timeout=POOL_TIMEOUT)
     stack.push_async_callback(store.close)
+    return await serve_governed(stack, identity, store, public_keys)
+
+
+async def serve_governed(stack: AsyncExitStack, identity: AgentIdentity, store: Any,
+                         public_keys: dict[str, Any]) -> Agent:
+    """google-adk's ``to_a2a`` agent (``governed_a2a_app``) on ``store``, a RuntimeRepository
+    (the direct store or ``KagentControllerStore``), with the scripted model, on loopback."""
+    from google.adk.agents import LlmAgent
+    from google.adk.sessions import InMemorySessionService
+    from test_a2a import serving
+
+    from kagent_governed_memory.adk import GovernedMemoryService
+    from kagent_governed_memory.adk.a2a import governed_a2a_app
+
     model = ScriptedModel(plan=attack_plan)
     memory = GovernedMemoryService(store, agent=identity, embedder=HashingEmbedder(),
                                    summariser=model)
@@ -252,10 +270,29 @@ async def register_policies(db: Db) -> None:
             await owner.allow_policy(policy.version)
 
 
-async def build_world(stack: AsyncExitStack, hs: Any, db: Db) -> World:
+async def start_bridge(stack: AsyncExitStack, hs: Any, bot: str, agents: dict[str, Agent],
+                       store: Any, private: Any, *, prefix: str = "") -> Any:
+    """The reference bridge as ``bot``, relaying to ``agents`` (ghosts ``<prefix>agent-<word>``),
+    its controls on ``store`` (a ControlRepository: the bridge's login, or
+    ``KagentBridgeStore``)."""
     from kagent_governed_memory.matrix import AgentRoute, MatrixBridge, MatrixLogin
     from kagent_governed_memory.matrix.homeserver import BRIDGED_PREFIX
 
+    async def login(localpart: str) -> MatrixLogin:
+        user_id, token = await hs.register(localpart)
+        return MatrixLogin(user_id, token)
+
+    routes = {w: AgentRoute(a.identity, a.url, await login(f"{prefix}agent-{w}"))
+              for w, a in agents.items()}
+    b = MatrixBridge(homeserver_url=hs.url, server_name=LOCAL, bot=await login(bot),
+                     agents=routes, store=store, private_key=private, issuer=ISSUER,
+                     bridged_users=[f"@{re.escape(BRIDGED_PREFIX)}.*:{re.escape(LOCAL)}"])
+    await b.start()
+    stack.push_async_callback(b.close)
+    return b
+
+
+async def build_world(stack: AsyncExitStack, hs: Any, db: Db) -> World:
     await migrate(db.owner_dsn, local_server=LOCAL)
     await register_policies(db)
     private = generate_private_key()
@@ -267,29 +304,24 @@ async def build_world(stack: AsyncExitStack, hs: Any, db: Db) -> World:
                                          public),
     }
 
-    async def login(localpart: str) -> MatrixLogin:
-        user_id, token = await hs.register(localpart)
-        return MatrixLogin(user_id, token)
-
-    async def bridge(bot: str, words: list[str], policy: MemoryPolicy) -> tuple[Any, Any]:
+    async def bridge_store(policy: MemoryPolicy) -> GovernedMemoryStore:
         store = await GovernedMemoryStore.open(make_conninfo(db.dsn, user=BRIDGE_ROLE),
                                                local_server=LOCAL, policy=policy,
                                                sweep_every=None, timeout=POOL_TIMEOUT)
         stack.push_async_callback(store.close)
-        routes = {w: AgentRoute(agents[w].identity, agents[w].url,
-                                await login(f"agent-{w}")) for w in words}
-        b = MatrixBridge(homeserver_url=hs.url, server_name=LOCAL, bot=await login(bot),
-                         agents=routes, store=store, private_key=private, issuer=ISSUER,
-                         bridged_users=[f"@{re.escape(BRIDGED_PREFIX)}.*:{re.escape(LOCAL)}"])
-        await b.start()
-        stack.push_async_callback(b.close)
-        return b, store
+        return store
 
-    main, store = await bridge("memory-bot", ["my-agent", "other-agent"], POLICY)
-    brief, _ = await bridge("brief-bot", ["brief-agent"], BRIEF_POLICY)
-    world = World(hs=hs, db=db, bridge=main, brief_bridge=brief, bridge_store=store,
-                  agents=agents)
+    store = await bridge_store(POLICY)
+    main = await start_bridge(stack, hs, "memory-bot", {w: agents[w] for w in
+                                                        ("my-agent", "other-agent")},
+                              store, private)
+    brief = await start_bridge(stack, hs, "brief-bot", {"brief-agent": agents["brief-agent"]},
+                               await bridge_store(BRIEF_POLICY), private)
+    return closing_people(stack, World(hs=hs, db=db, bridge=main, brief_bridge=brief,
+                                       bridge_store=store, agents=agents))
 
+
+def closing_people(stack: AsyncExitStack, world: World) -> World:
     async def close_people() -> None:
         for p in world.people:
             await p.close()
@@ -298,9 +330,16 @@ async def build_world(stack: AsyncExitStack, hs: Any, db: Db) -> World:
     return world
 
 
-async def world_context(hs: Any, db: Db) -> AsyncIterator[World]:
+async def world_context(hs: Any, db: Db, mode: str = "direct") -> AsyncIterator[World]:
+    """The module's world: ``direct`` (every part on its own database login) or ``kagent``
+    (``matrix_kagent``: the agents and the bridge talk to the compiled controller)."""
     async with AsyncExitStack() as stack:
-        yield await build_world(stack, hs, db)
+        if mode == "kagent":
+            from matrix_kagent import build_kagent_world
+
+            yield await build_kagent_world(stack, hs, db)
+        else:
+            yield await build_world(stack, hs, db)
 
 
 def synapse_log(hs: Any) -> str:

@@ -6,96 +6,41 @@ bridge (``kagent_governed_memory.matrix``); google-adk A2A agents (``governed_a2
 google-adk's ``to_a2a``) with the scripted model; the governed store on the embedded
 PostgreSQL.  Where Synapse cannot start the module is skipped with a loud
 ``MATRIX E2E NOT RUN`` reason.
+
+``both_modes`` tests run again in kagent mode (``matrix_kagent``): the agents and the bridge
+talk to the compiled controller, the only database login; without Go or kagent's source they
+are skipped with ``MATRIX KAGENT MODE NOT RUN`` and the reason.
 """
 
 from __future__ import annotations
 
 import asyncio
-import copy
 import json
-import re
 import secrets
 import time
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-import pytest_asyncio
-from matrix_support import (
-    ATTACK,
-    AGENT,
-    BRIEF,
-    Person,
-    World,
-    drop_database,
-    module_database,
-    synapse_log,
-    world_context,
+from matrix_fixtures import (  # noqa: F401  (the fixtures)
+    both_modes,
+    controller_built,
+    direct_world,
+    expiring,
+    homeserver,
+    homeserver_dir,
+    kagent_world,
+    mode,
+    world,
 )
+from matrix_kagent import assert_served_by_the_controller, controller_sinks, explicit_budget
+from matrix_support import ATTACK, Person, World, entries, synapse_log
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
-
-_ENTRY = re.compile(r"^- (?P<id>\S+): (?P<text>.*) \(saved ", re.M)
-
-
-def entries(inspect_body: str) -> dict[str, str]:
-    """id → text of an inspect page as the user reads it."""
-    return {m.group("id"): m.group("text") for m in _ENTRY.finditer(inspect_body)}
-
-
-@pytest.fixture(scope="module")
-def homeserver_dir(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    return tmp_path_factory.mktemp("synapse")
-
-
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def homeserver(homeserver_dir: Any) -> AsyncIterator[Any]:
-    from kagent_governed_memory.matrix.homeserver import (
-        HomeserverUnavailable,
-        LocalHomeserver,
-        synapse_available,
-    )
-
-    why = synapse_available()
-    if why is None:
-        try:
-            hs = await LocalHomeserver.start(homeserver_dir, server_name="example.org")
-        except HomeserverUnavailable as exc:
-            why = str(exc)
-    if why is not None:
-        print(f"\n*** MATRIX E2E NOT RUN: {why} ***")
-        pytest.skip(f"MATRIX E2E NOT RUN: {why}")
-    yield hs
-    await hs.stop()
-
-
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def world(homeserver: Any, postgresql_proc: Any) -> AsyncIterator[World]:
-    db, base = module_database(postgresql_proc)
-    try:
-        async for w in world_context(homeserver, db):
-            yield w
-    finally:
-        drop_database(base, db)
-
-
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def expiring(world: World) -> dict[str, Any]:
-    """A fact saved under the shortest entry lifetime the schema allows (one minute), at the
-    start of the module; ``test_hard_expiry`` (last in the file) waits out the rest."""
-    mia = await world.person("mia")
-    room = await world.control_room(mia, "brief-agent", bridge=world.brief_bridge)
-    assert "Memory is on" in (await world.consent(mia, room, "brief-agent")).body
-    saved_at = time.monotonic()
-    assert (await mia.ask(room, "Remember that my train leaves at nine.")).body == "Saved."
-    page = await mia.ask(room, "!memory inspect brief-agent")
-    assert list(entries(page.body).values()) == ["my train leaves at nine."], page.body
-    return {"person": mia, "room": room, "saved_at": saved_at}
-
 
 # -- the walk: provision, nothing before consent, consent, save, inspect, forget one, off ---
 
 
+@both_modes
 @pytest.mark.usefixtures("expiring")  # starts the one-minute clock early (test_hard_expiry)
 async def test_the_walk(world: World) -> None:
     alice = await world.person("alice")
@@ -158,7 +103,10 @@ async def test_the_walk(world: World) -> None:
     assert forgot.body == f"Forgot entry {tea}: verified gone.", forgot.body
     after = entries((await alice.ask(room, "!memory inspect my-agent")).body)
     assert list(after.values()) == ["my cat is called Miso."]
-    assert "green tea" not in (await alice.ask(room, "What do I like to drink?")).body
+    await explicit_budget(world, alice.user_id)  # the 4th explicit operation (kagent's policy)
+    again = await alice.ask(room, "What do I like to drink?")
+    assert not again.body.startswith("No memory:"), again.body  # recalled, not refused
+    assert "green tea" not in again.body, again.body
 
     # off = disable and clear, after a confirmation
     asked = await alice.ask(room, "!memory off my-agent")
@@ -170,6 +118,8 @@ async def test_the_walk(world: World) -> None:
         "Not saved: consent_required."
     assert "remembers nothing" in (await alice.ask(room, "!memory inspect my-agent")).body
     assert world.rows() == before
+    if world.mode == "kagent":
+        assert_served_by_the_controller(world)
 
 
 # -- the entry cap, and no reuse across rooms, users or agents ------------------------------
@@ -188,6 +138,7 @@ async def test_the_entry_cap_refuses_the_fourth_fact(world: World) -> None:
     assert len(entries((await dora.ask(room, "!memory inspect my-agent")).body)) == 3
 
 
+@both_modes
 async def test_no_reuse_across_rooms_users_or_agents(world: World) -> None:
     erin, fred = await world.person("erin"), await world.person("fred")
     first = await world.control_room(erin)
@@ -382,42 +333,13 @@ async def test_a_prompt_to_ignore_the_rules_changes_nothing(world: World) -> Non
 # -- sentinels: in no log, span, room state or database table outside the store ---------------
 
 
+@both_modes
 async def test_no_sentinel_outside_the_store(world: World) -> None:
-    import logging
+    from matrix_sinks import capture, log_sinks
+    from test_sentinels import _forms, _leaks
 
-    from opentelemetry import trace
-    from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-    from test_sentinels import ROUTER, _forms, _leaks
-
-    from kagent_governed_memory import telemetry
-    from kagent_governed_memory.telemetry import ContentFreeLogging, install_content_free_logging
-
-    if not isinstance(trace.get_tracer_provider(), TracerProvider):
-        provider = TracerProvider()
-        provider.add_span_processor(ROUTER)  # type: ignore[arg-type]
-        trace.set_tracer_provider(provider)
-    exporter = InMemorySpanExporter()
-    ROUTER.target = SimpleSpanProcessor(exporter)
     s = {name: f"Z{secrets.token_hex(8)}" for name in ("fact", "query", "command")}
-    # every record raw, as created (the library's sanitizer, if a test installed it, is
-    # removed for the flow): the bridge and the library must be clean without it
-    installed = telemetry._INSTALLED
-    if installed is not None:
-        installed.remove()
-    records: list[logging.LogRecord] = []
-
-    class Everything(logging.Handler):
-        def emit(self, record: logging.LogRecord) -> None:
-            records.append(copy.copy(record))
-
-    handler = Everything()
-    root = logging.getLogger()
-    old_level = root.level
-    root.setLevel(logging.DEBUG)
-    root.addHandler(handler)
-    try:
+    with capture() as got:
         nia = await world.person("nia")
         room = await world.control_room(nia)
         await world.consent(nia, room)
@@ -432,25 +354,9 @@ async def test_no_sentinel_outside_the_store(world: World) -> None:
         [entry] = entries(page.body)
         assert "verified gone" in (await nia.ask(room, f"!memory forget my-agent {entry}")).body
         state = json.dumps(await world.bridge._read_state(room))
-    finally:
-        root.removeHandler(handler)
-        root.setLevel(old_level)
-        if installed is not None:
-            install_content_free_logging()
-        ROUTER.target = None
-    fmt = logging.Formatter("%(name)s %(levelname)s %(message)s %(args)r")
-
-    def text(rs: list[logging.LogRecord]) -> str:
-        return "\n".join(fmt.format(r) + " " + repr(r.__dict__) for r in rs)
-
-    ours = ("kagent_governed_memory", "mau", "aiohttp")
-    bridge_logs = text([r for r in records if r.name.split(".")[0] in ours])
+    bridge_logs, logs = log_sinks(got)
     assert "matrix command: action=inspect" in bridge_logs  # the raw capture saw the bridge
-    # the agent's side (google-adk, a2a-sdk, uvicorn, httpx log requests at DEBUG) is a
-    # deployment's to sanitize: the library's sanitizer, applied to the same records
-    sanitizer = ContentFreeLogging()
-    logs = text([sanitizer.sanitize(copy.copy(r)) for r in records])
-    spans = "\n".join(span.to_json() for span in exporter.get_finished_spans())
+    spans = got.spans()
     assert spans  # the agent's spans were captured
     with world.db.admin() as conn:
         tables = [r[0] for r in conn.execute(
@@ -463,7 +369,8 @@ async def test_no_sentinel_outside_the_store(world: World) -> None:
                            ("every log, sanitized", logs), ("spans", spans),
                            ("room state", state),
                            ("database tables outside memory_entry", dumps),
-                           ("the homeserver's log", synapse_log(world.hs))):
+                           ("the homeserver's log", synapse_log(world.hs)),
+                           *controller_sinks(world)):
         leaked = _leaks(haystack, s)
         assert not leaked, f"sentinels {leaked} leaked into {sink}"
     # the probe can fail: the fact is in the room's timeline (the conversation itself)
