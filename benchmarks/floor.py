@@ -258,6 +258,7 @@ async def run_floor(owner_dsn: str, app_dsn: str, admin_dsn: str, size: bench.Si
     app = await bench.connect(app_dsn)
     store = await bench.open_store(app_dsn, dsn, max_size=1)
     try:
+        await store._register_vector(app)  # the binary vector[] the store sends, on this one too
         await bench.generate_source(owner, size, progress)
         await bench.load_governed(owner, 0, size.scopes, size, progress)
         await copy_to_plain_tables(owner, admin)
