@@ -40,8 +40,6 @@ library error or ``InvalidIdentity`` would otherwise carry the token or an ident
 
 from __future__ import annotations
 
-import base64
-import binascii
 import re
 import secrets
 from collections.abc import Iterator, Mapping, Sequence
@@ -63,7 +61,8 @@ from .identity import (
     _fields,
     _valid_server_name,
 )
-from .keys import KID, _json_object, key_id
+from ._jws import ALGORITHM, _envelope
+from .keys import KID, key_id
 
 __all__ = [
     "DEFAULT_LEEWAY",
@@ -81,16 +80,12 @@ DEFAULT_LEEWAY = timedelta(seconds=5)  # clock skew allowed between the bridge a
 MAX_LEEWAY = timedelta(seconds=30)  # = the database's own bound on a redeemed exp (000008)
 MAX_TOKEN_CHARS = 4096  # checked before any decoding
 
-ALGORITHM = "EdDSA"
 CLASSIFICATION = re.compile(r"[a-z][a-z0-9_]{0,31}")
 DEFAULT_CLASSIFICATION = "personal"
 ISSUER = re.compile(r"[\x21-\x7e]{1,256}")
 CONTEXT_ID = re.compile(r"[\x21-\x7e]{1,256}")
 JTI = re.compile(r"[A-Za-z0-9_-]{16,64}")
 _CLAIMS = frozenset({"iss", "aud", "sub", "org", "room", "cls", "out", "ctx", "iat", "exp", "jti"})
-_HEADER = frozenset({"alg", "kid", "typ"})
-_B64URL = re.compile(r"[A-Za-z0-9_-]+")
-_SIGNATURE_B64_CHARS = 86  # 64 bytes, unpadded
 _MAX_TS = 253402300799  # 9999-12-31T23:59:59Z, the last second datetime can hold
 _ONE_SECOND = timedelta(seconds=1)
 
@@ -349,22 +344,10 @@ def _verified(token: Any, public_keys: Mapping[str, Ed25519PublicKey], issuer: s
     invalid = (ReasonCode.ASSERTION_INVALID, None)
     if not isinstance(token, str) or len(token) > MAX_TOKEN_CHARS or not token.isascii():
         return invalid
-    parts = token.split(".")
-    if len(parts) != 3 or len(parts[2]) != _SIGNATURE_B64_CHARS:
+    envelope = _envelope(token)
+    if envelope is None:
         return invalid
-    raw_header, raw_claims = _unb64(parts[0]), _unb64(parts[1])
-    if raw_header is None or raw_claims is None or _unb64(parts[2]) is None:
-        return invalid
-    header, claims = _json_object(raw_header), _json_object(raw_claims)
-    if (
-        header is None
-        or claims is None
-        or not set(header) <= _HEADER
-        or header.get("alg") != ALGORITHM
-        or header.get("typ", "JWT") != "JWT"
-        or not isinstance(header.get("kid"), str)
-    ):
-        return invalid
+    header, claims = envelope
     key = public_keys.get(header["kid"])
     if key is None:
         return ReasonCode.ASSERTION_UNKNOWN_KEY, None
@@ -404,18 +387,3 @@ def _parse(c: dict[str, Any]) -> ScopeAssertion | None:
         )
     except (GovernanceError, ValueError, TypeError, OverflowError, OSError):
         return None  # an invalid identity, room, audience or lifetime
-
-
-def _b64(raw: bytes) -> str:
-    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
-
-
-def _unb64(segment: str) -> bytes | None:
-    """Strict unpadded base64url: only the canonical spelling of some bytes decodes."""
-    if not _B64URL.fullmatch(segment) or len(segment) % 4 == 1:
-        return None
-    try:
-        raw = base64.urlsafe_b64decode(segment + "=" * (-len(segment) % 4))
-    except (binascii.Error, ValueError):
-        return None
-    return raw if _b64(raw) == segment else None  # no malleable trailing bits

@@ -273,7 +273,7 @@ def test_t1_fuzz_mutations_only_ever_raise_scope_denied() -> None:
 
 def test_t1_length_is_bounded_before_any_decoding(monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[Any] = []
-    monkeypatch.setattr(assertion_mod, "_unb64", lambda s: calls.append(s))
+    monkeypatch.setattr(assertion_mod, "_envelope", lambda s: calls.append(s))
     _denied("A" * (MAX_TOKEN_CHARS + 1))
     _denied("é" * 10)
     assert calls == []
