@@ -33,7 +33,6 @@ import asyncio
 import hashlib
 import json
 import logging
-import math
 import os
 import sys
 import tempfile
@@ -216,19 +215,6 @@ class LookupEmbedder:
         return [self.table[t] for t in texts]
 
 
-@dataclass(frozen=True)
-class Stat:
-    median: float  # seconds
-    p99: float
-    n: int
-
-    @classmethod
-    def of(cls, seconds: Sequence[float]) -> Stat:
-        ordered = sorted(seconds)
-        return cls(ordered[len(ordered) // 2],
-                   ordered[max(0, math.ceil(0.99 * len(ordered)) - 1)], len(ordered))
-
-
 async def _timed(fn: Callable[[], Awaitable[Any]]) -> tuple[float, Any]:
     t = time.perf_counter()
     out = await fn()
@@ -311,7 +297,7 @@ async def measure(systems: Sequence[Any], data: Data, admin_dsn: str
                 samples[s.name][op].append(seconds)
     out: dict[str, dict[str, Any]] = {}
     for s in systems:
-        out[s.name] = {op: Stat.of(v) for op, v in samples[s.name].items()}
+        out[s.name] = {op: bench.Stat.of(v) for op, v in samples[s.name].items()}
         out[s.name]["recall@5"] = hits[s.name] / (LIMIT * len(data.queries))
         table = TABLES[s.name]
         b, a = before.get(table, (0, 0, 0)), after.get(table, (0, 0, 0))

@@ -152,12 +152,15 @@ class Stat:
     median: float  # seconds
     p95: float
     n: int
+    p99: float = 0.0
 
     @classmethod
     def of(cls, seconds: Sequence[float]) -> Stat:
         ordered = sorted(seconds)
-        p95 = ordered[max(0, math.ceil(0.95 * len(ordered)) - 1)]
-        return cls(statistics.median(ordered), p95, len(ordered))
+
+        def rank(q: float) -> float:
+            return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
+        return cls(statistics.median(ordered), rank(0.95), len(ordered), rank(0.99))
 
 
 def fmt_time(seconds: float) -> str:
