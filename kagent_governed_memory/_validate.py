@@ -7,12 +7,13 @@ error here carries the value it refused.
 from __future__ import annotations
 
 import math
+import struct
+import sys
 import uuid
 from array import array
 from collections.abc import Iterable, Sequence
 from typing import Any, cast
 
-import numpy as np
 from pgvector import Vector
 
 from .errors import ConsentRequired, FactTooLarge, GovernanceError, InvalidInput, ReasonCode
@@ -65,7 +66,7 @@ def _vector(values: object, dimension: int = EMBEDDING_DIMENSION) -> Vector:
     every one finite *in float32* -- a float64 that overflows it is refused here, not by the
     server.  On every search's path, so no Python list is built: one conversion in C, one sum
     in C (768 finite float32 values cannot overflow a float64 sum, so the sum is finite exactly
-    when every value is), and numpy hands the buffer to pgvector."""
+    when every value is), and pgvector takes the buffer in its own binary form."""
     if (not isinstance(values, str | bytes) and hasattr(values, "__len__")
             and len(values) == dimension):
         try:
@@ -73,7 +74,9 @@ def _vector(values: object, dimension: int = EMBEDDING_DIMENSION) -> Vector:
         except (TypeError, ValueError, OverflowError):
             numbers = None
         if numbers is not None and math.isfinite(sum(numbers)):
-            return Vector(np.frombuffer(numbers, dtype=np.float32))
+            if sys.byteorder == "little":
+                numbers.byteswap()  # pgvector's binary form is big-endian
+            return Vector.from_binary(struct.pack(">HH", dimension, 0) + numbers.tobytes())
     raise InvalidInput(ReasonCode.INVALID_EMBEDDING)
 
 
