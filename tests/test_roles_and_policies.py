@@ -33,7 +33,7 @@ VERSION = PROTOTYPE_POLICY.version
 AUDIENCE = "ARRAY['example.org']"
 
 # What each role may EXECUTE (and nothing else): pinned.
-RUNTIME = {"memory_redeem_assertion", "memory_save_bound", "memory_search_bound",
+RUNTIME = {"memory_redeem_assertion", "memory_redeem_admit", "memory_save_bound", "memory_search_bound",
            "memory_search_many_bound", "memory_admit_bound", "memory_forget_bound",
            "memory_get_policy", "memory_local_server", "memory_schema_version"}
 BRIDGE = {"memory_grant", "memory_generation", "memory_status", "memory_inspect",
@@ -46,7 +46,7 @@ OPERATOR = {"memory_configure", "memory_register_policy", "memory_allow_policy",
             "memory_verify_erasure", "memory_record_failure", "memory_purge_principal",
             "memory_unblock_principal", "memory_sweep", "memory_store_report",
             "memory_get_policy", "memory_local_server", "memory_schema_version"}
-SERVICE = RUNTIME | BRIDGE | {"memory_configure", "memory_sweep", "memory_store_report",
+SERVICE = RUNTIME - {"memory_redeem_admit"} | BRIDGE | {"memory_configure", "memory_sweep", "memory_store_report",
                               "memory_save", "memory_search", "memory_search_many",
                               "memory_admit"}
 
