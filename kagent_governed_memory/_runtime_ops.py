@@ -97,7 +97,7 @@ class _RuntimeOps(_Statements):
                            explicit: bool = False) -> tuple[int | None, ReasonCode | None]:
         """``redeem`` and, when it captured a generation, ``admit`` ``units`` under that
         generation: one round trip for a runtime login (``memory_redeem_admit``, 000014), two
-        for a login that may not call it.  Returns the generation (``None``: no consent,
+        on the deprecated service login (its unbound statements, as its other calls).  Returns the generation (``None``: no consent,
         nothing admitted) and why the admission was refused (``None``: admitted).  A refused
         admission keeps the redemption: the request's generation stays captured.  Raises what
         ``redeem`` raises."""

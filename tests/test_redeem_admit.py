@@ -1,5 +1,5 @@
 """Issue 29: a request's first call redeems and admits in one round trip (migration 000014,
-``memory_redeem_admit``), for the runtime login only, with the same refusals as the two
+``memory_redeem_admit``), for the runtime roles only (and the deprecated service union), with the same refusals as the two
 separate entry points and the admission always under the generation the redemption captured.
 
 A hostile SQL client holding the runtime login: another scope's request, a made-up jti, a
@@ -68,11 +68,12 @@ async def _recorded(database, *keys, runtime_for=None):
     return out
 
 
-async def test_only_the_runtime_role_may_redeem_and_admit(store, database):
-    for role in ("kagent_memory_runtime", RUNTIME_ROLE):
+async def test_only_the_runtime_roles_may_redeem_and_admit(store, database):
+    # the runtime role and, as for every runtime entry point (000012), the deprecated service
+    # union: a controller serving as a service login calls it on /generation with "admit"
+    for role in ("kagent_memory_runtime", RUNTIME_ROLE, "kagent_memory_service"):
         assert "memory_redeem_admit" in executable(database, role)
-    for role in ("kagent_memory_bridge", "kagent_memory_operator", "kagent_memory_service",
-                 BRIDGE_ROLE):
+    for role in ("kagent_memory_bridge", "kagent_memory_operator", BRIDGE_ROLE):
         assert "memory_redeem_admit" not in executable(database, role)
 
 

@@ -46,7 +46,7 @@ OPERATOR = {"memory_configure", "memory_register_policy", "memory_allow_policy",
             "memory_verify_erasure", "memory_record_failure", "memory_purge_principal",
             "memory_unblock_principal", "memory_sweep", "memory_store_report",
             "memory_get_policy", "memory_local_server", "memory_schema_version"}
-SERVICE = RUNTIME - {"memory_redeem_admit"} | BRIDGE | {"memory_configure", "memory_sweep", "memory_store_report",
+SERVICE = RUNTIME | BRIDGE | {"memory_configure", "memory_sweep", "memory_store_report",
                               "memory_save", "memory_search", "memory_search_many",
                               "memory_admit"}
 

@@ -14,7 +14,9 @@
 -- A refused or failed admission leaves the redemption in place, as a separate /admit after
 -- /generation did: the request keeps its captured generation (its later calls are bound to
 -- it) and simply gets no admitted work from this call.  A failed redemption raises and admits
--- nothing.  Granted to kagent_memory_runtime only.
+-- nothing.  Granted to kagent_memory_runtime and, as every runtime entry point is (000012), to
+-- the deprecated kagent_memory_service, the union of the runtime and bridge roles: a
+-- controller still serving as a service login would otherwise be refused the combined call.
 
 SELECT pg_catalog.set_config('search_path', pg_catalog.concat_ws(', ',
            pg_catalog.quote_ident(pg_catalog.current_schema()),
@@ -66,4 +68,4 @@ REVOKE ALL ON FUNCTION memory_redeem_admit(
 FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION memory_redeem_admit(
     TEXT, TIMESTAMPTZ, TEXT, TEXT, TEXT, TEXT, TEXT, TEXT, TEXT, TEXT, TEXT[], INTEGER, BOOLEAN)
-TO kagent_memory_runtime;
+TO kagent_memory_runtime, kagent_memory_service;
