@@ -25,7 +25,14 @@ from ._validate import (
 )
 from .assertion import ScopeAssertion
 from .assertion import _audience as _servers
-from .errors import AdmissionDenied, InvalidInput, ReasonCode, ScopeDenied
+from .errors import (
+    AdmissionDenied,
+    GovernanceError,
+    InvalidInput,
+    ReasonCode,
+    ScopeDenied,
+    _admission_refusal,
+)
 from .identity import ScopeKey
 from .models import MemoryRecord
 from .request import current_request
@@ -85,6 +92,41 @@ class _RuntimeOps(_Statements):
              assertion.classification, _audience(assertion.audience, self._local_server)],
         )
         return None if row is None else row[0]
+
+    async def redeem_admit(self, assertion: ScopeAssertion, *, units: int,
+                           explicit: bool = False) -> tuple[int | None, ReasonCode | None]:
+        """``redeem`` and, when it captured a generation, ``admit`` ``units`` under that
+        generation: one round trip for a runtime login (``memory_redeem_admit``, 000014), two
+        on the deprecated service login (its unbound statements, as its other calls).  Returns the generation (``None``: no consent,
+        nothing admitted) and why the admission was refused (``None``: admitted).  A refused
+        admission keeps the redemption: the request's generation stays captured.  Raises what
+        ``redeem`` raises."""
+        if not isinstance(assertion, ScopeAssertion):
+            raise InvalidInput(ReasonCode.INVALID_ARGUMENT, field="assertion")
+        if not isinstance(units, int) or isinstance(units, bool) or not 1 <= units <= 1000:
+            raise InvalidInput(ReasonCode.INVALID_ARGUMENT, field="units")
+        if not isinstance(explicit, bool):
+            raise InvalidInput(ReasonCode.INVALID_ARGUMENT, field="explicit")
+        key = assertion.key
+        self._servable(key)
+        if not self._bound:  # the deprecated service login: the two separate calls
+            generation = await self.redeem(assertion)
+            if generation is None:
+                return None, None
+            try:
+                await self.admit(key, generation, units=units, explicit=explicit)
+            except GovernanceError as exc:
+                return generation, exc.reason
+            return generation, None
+        row = await self._one(
+            "redeem", "RedeemAndAdmitMemoryWork",
+            [assertion.jti, assertion.expires_at, *_key(key), self.policy.version,
+             assertion.classification, _audience(assertion.audience, self._local_server),
+             units, explicit],
+        )
+        if row is None or row[0] is None:
+            return None, None
+        return int(row[0]), _admission_refusal(row[1], row[2])
 
     async def admit(self, key: ScopeKey, generation: int | None, *, units: int,
                     explicit: bool = False, now: datetime | None = None) -> None:

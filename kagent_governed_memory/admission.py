@@ -49,6 +49,12 @@ class Admission:
         self.policy = policy or store.policy
         self._clock = clock  # None: the database's clock, shared by every replica
 
+    @property
+    def with_redemption(self) -> bool:
+        """Whether work may be admitted with the request's redemption (``redeem_admit``): only
+        on the database's clock, which that call uses."""
+        return self._clock is None
+
     async def admit(self, key: ScopeKey, generation: int | None, *, units: int,
                     explicit: bool = False) -> None:
         """Consume ``units`` from the scope's hourly budget (and one explicit operation from

@@ -189,6 +189,18 @@ def error_for_reason(reason: ReasonCode, fallback: type[GovernanceError] = Gover
     return _CLASS_OF_REASON.get(reason, fallback)(reason, **ids)
 
 
+def _admission_refusal(refused: object, sqlstate: object) -> ReasonCode | None:
+    """Why a combined redemption's admission (``memory_redeem_admit``) was refused: its
+    ``refused`` answer (0 admitted, 1 the scope's budget, 2 the sender's rate) or the SQLSTATE
+    it raised (only the code is read)."""
+    if isinstance(sqlstate, str) and sqlstate:
+        found = _SQLSTATE.get(sqlstate)
+        return found[1] if found else ReasonCode.DATABASE_ERROR
+    if refused == 0:
+        return None
+    return ReasonCode.RATE_LIMITED if refused == 2 else ReasonCode.BUDGET_EXHAUSTED
+
+
 _CONNECTION_CLASSES = ("08", "53", "57", "58")
 # libpq reports a login the server refused (SQLSTATE 28000/28P01/3D000 on the wire) with no
 # SQLSTATE, only its message; these fixed words of that message are matched -- the message is

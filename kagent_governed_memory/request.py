@@ -39,6 +39,10 @@ class RequestBinding:
     generation: int | None = None  # captured once, when the assertion is redeemed
     captured: bool = False
     counted: bool = False  # the request's memory outcome is metered once
+    # units admitted with the redemption (a first turn's prefetch, ``redeem_admit``) and why
+    # that admission was refused; the prefetch takes them instead of admitting again
+    preadmitted: int = 0
+    preadmit_refusal: ReasonCode | None = None
     logged: set[ReasonCode] = field(default_factory=set, repr=False)  # refusals logged once
     # the verified token itself, for a backend that presents it again (the kagent controller
     # verifies it on every call); a bearer credential: never logged, never in repr

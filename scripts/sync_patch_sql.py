@@ -348,6 +348,10 @@ def sync(sql_dir: Path, patches_dir: Path, *, check: bool,
         raise PatchError("; ".join(problems))
     migrations_home = next(iter(migration_homes.values()))
 
+    problems.extend(schema_version_problems(sql_dir, migrations_home))
+    if problems and not check:
+        raise PatchError("; ".join(problems))
+
     changed: list[str] = []
     for patch in patches:
         homes_of = {QUERIES_PATH: queries_home, VECTORS_PATH: vectors_home}
@@ -382,6 +386,32 @@ def sync(sql_dir: Path, patches_dir: Path, *, check: bool,
                 patch.path.write_bytes(rendered.encode("utf-8"))
                 changed.append(str(patch.path))
     return problems if check else changed
+
+
+SCHEMA_VERSION_GO = "go/core/pkg/migrations/governed.go"
+_SCHEMA_VERSION_SQL = re.compile(
+    r"FUNCTION memory_schema_version\(\) RETURNS INTEGER.*?\$\$\s*SELECT (\d+)\s*\$\$", re.S)
+_SCHEMA_VERSION_CONST = re.compile(r"^const GovernedSchemaVersion = (\d+)$", re.M)
+
+
+def schema_version_problems(sql_dir: Path, migrations_home: Patch) -> list[str]:
+    """The controller refuses to serve any schema version but its ``GovernedSchemaVersion``
+    (``governed.go``, written by hand in the migrations patch): it must be what the library's
+    last migration makes ``memory_schema_version()`` answer."""
+    version = None
+    for path in sorted((sql_dir / "migrations").glob("*.up.sql")):
+        for found in _SCHEMA_VERSION_SQL.finditer(path.read_text(encoding="utf-8")):
+            version = int(found.group(1))
+    go = next((s for s in migrations_home.sections if s.path == SCHEMA_VERSION_GO), None)
+    const = _SCHEMA_VERSION_CONST.search(_text(go) or "") if go is not None else None
+    if version is None or const is None:
+        return [f"{migrations_home.path.name}: cannot read memory_schema_version() of the "
+                f"library or GovernedSchemaVersion of {SCHEMA_VERSION_GO}"]
+    if int(const.group(1)) != version:
+        return [f"{migrations_home.path.name}: {SCHEMA_VERSION_GO}: GovernedSchemaVersion is "
+                f"{const.group(1)}, the library's migrations make memory_schema_version() "
+                f"{version}: change the constant in the kagent tree and re-export the patch"]
+    return []
 
 
 def _text(section: Section) -> str | None:

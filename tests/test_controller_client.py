@@ -241,3 +241,82 @@ async def test_the_chat_answers_whatever_the_controller_does(answer: Any, token:
     with caplog.at_level(logging.DEBUG):
         out = await h.turn(f"remember: {FACT}", key=key())
     assert out and FACT not in caplog.text and SA_TOKEN not in caplog.text
+
+
+def _route(request: httpx.Request) -> str:
+    return request.url.path.rsplit("/", 1)[-1]
+
+
+@pytest.mark.parametrize("admission, calls, refusal", [
+    ("admitted", ["generation"], None),
+    ("budget_exhausted", ["generation"], ReasonCode.BUDGET_EXHAUSTED),
+    ("rate_limited", ["generation"], ReasonCode.RATE_LIMITED),
+    (None, ["generation", "admit"], None),  # an older controller: it ignored "admit"
+])
+async def test_redeem_admit_is_one_call_and_falls_back_on_an_older_controller(
+        admission: str | None, calls: list[str], refusal: ReasonCode | None) -> None:
+    def answer(r: httpx.Request) -> httpx.Response:
+        if _route(r) == "admit":
+            return httpx.Response(200, json={"admitted": True})
+        body = {"generation": 3, **({"admission": admission} if admission else {})}
+        return httpx.Response(200, json=body)
+
+    peer = Peer(answer)
+    store = runtime(peer)
+    with bound(key()) as b:
+        assert await store.redeem_admit(b.assertion, units=4) == (3, refusal)
+    assert [_route(r) for r in peer.seen] == calls
+    sent = json.loads(peer.seen[0].content)
+    assert sent["admit"] == {"units": 4, "explicit": False}
+    if len(calls) == 2:  # the fallback admits under the generation the redemption captured
+        assert json.loads(peer.seen[1].content)["generation"] == 3
+
+
+async def test_redeem_admit_without_consent_admits_nothing() -> None:
+    peer = Peer(ok({"generation": None}))
+    with bound(key()) as b:
+        assert await runtime(peer).redeem_admit(b.assertion, units=2) == (None, None)
+    assert [_route(r) for r in peer.seen] == ["generation"]
+
+
+async def test_a_first_turns_prefetch_is_two_calls_and_a_later_turn_one() -> None:
+    """The service's order kept: redeem + admit (one call) before any embedding, then one
+    batched search; a later turn only redeems."""
+    from kagent_governed_memory.adk import GovernedMemoryService
+    from kagent_governed_memory.embedding import HashingEmbedder
+
+    embedded: list[str] = []
+
+    def answer(r: httpx.Request) -> httpx.Response:
+        assert embedded == [] or _route(r) == "search"  # nothing embedded before admission
+        if _route(r) == "generation":
+            admit = json.loads(r.content).get("admit")
+            return httpx.Response(200, json={"generation": 1,
+                                             **({"admission": "admitted"} if admit else {})})
+        n = len(json.loads(r.content)["vectors"])
+        return httpx.Response(200, json={"results": [[] for _ in range(n)]})
+
+    peer = Peer(answer)
+    store = runtime(peer)
+    embedder = HashingEmbedder(store.policy.embedding_dimension)
+    real = embedder.embed
+
+    async def embed(texts: list[str]) -> list[list[float]]:
+        embedded.extend(texts)
+        return await real(texts)
+
+    embedder.embed = embed  # type: ignore[method-assign]
+    service = GovernedMemoryService(store, agent=AGENT, embedder=embedder)
+    queries = ["I would like green tea in the mornings please.", "And a quiet room too."]
+    with bound(key()):
+        units = service.prefetch_units(queries)
+        assert units == 4
+        assert await service.admitted(admit_units=units) is not None
+        assert await service.prefetch(queries) == []
+    assert [_route(r) for r in peer.seen] == ["generation", "search"]
+    assert json.loads(peer.seen[0].content)["admit"]["units"] == 4
+    peer.seen.clear()
+    embedded.clear()
+    with bound(key(), session="s2"):  # a later turn: no prefetch, one call
+        assert await service.admitted() is not None
+    assert [_route(r) for r in peer.seen] == ["generation"]

@@ -628,3 +628,41 @@ async def test_the_readmes_byo_agent_runs_in_kagent_mode(mode: Mode, tmp_path: A
     finally:
         server.shutdown()
         server.server_close()
+
+
+@kagent_only
+async def test_a_first_turn_is_two_controller_calls_and_a_later_turn_one(mode: Mode) -> None:
+    """Issue 29 on the compiled controller: a session's first turn redeems and admits its
+    prefetch in one ``/generation`` (the controller answers ``admission``), then one batched
+    ``/search``; nothing is embedded before the first answer; a later turn is one
+    ``/generation``.  Fails against a controller that ignores ``admit`` (three calls)."""
+    assert mode.process is not None
+    routes: list[str] = []
+    embedded_at: list[int] = []
+
+    async def record(request: httpx.Request) -> None:
+        routes.append(request.url.path.rsplit("/", 1)[-1])
+
+    client = httpx.AsyncClient(trust_env=False, event_hooks={"request": [record]})
+    runtime = KagentControllerStore(mode.process.url, agent=AGENT, local_server=LOCAL,
+                                    token=AGENT_TOKEN, client=client, **CONTROLLER_BUDGETS)
+    try:
+        h = build(runtime)  # type: ignore[arg-type]
+        real = h.embedder.embed
+
+        async def embed(texts: list[str]) -> list[list[float]]:
+            embedded_at.append(len(routes))
+            return await real(texts)
+
+        h.embedder.embed = embed  # type: ignore[method-assign]
+        key = make_key()
+        await mode.controls.grant(key, purpose=PURPOSE)
+        await h.turn("I drink green tea every morning. What should I try next?", key=key)
+        assert routes == ["generation", "search"], routes
+        assert embedded_at == [1]  # after the redemption and its admission, before the search
+        routes.clear()
+        await h.turn("Thanks, that is all.", key=key)
+        assert routes == ["generation"], routes
+    finally:
+        await runtime.aclose()
+        await client.aclose()

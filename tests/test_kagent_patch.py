@@ -342,6 +342,16 @@ def test_patched_prefetch_is_bounded(patched):
     assert patched["consented"]["prefetch_search_calls"] == 1
 
 
+def test_patched_first_turn_is_two_controller_calls_and_a_later_turn_one(patched):
+    """Issue 29: a session's first turn redeems the assertion and admits its prefetch in one
+    ``/generation`` call, then one ``/search`` (no ``/admit``); a later turn of the session is
+    its one ``/generation`` (the capture).  The unpatched-controller fallback (a separate
+    ``/admit``) is kagent-adk's own unit test."""
+    c = patched["consented"]
+    assert c["first_turn_calls"] == {"generation": 1, "search": 1}, c["first_turn_calls"]
+    assert c["later_turn_calls"] == {"generation": 1}, c["later_turn_calls"]
+
+
 def test_patched_autosave_summarises_eligible_turns_and_never_the_raw_transcript(patched):
     """C6 + the summariser: pre-consent turns are never summarised; one summary per five
     eligible turns; a malformed summary or a model failure stores nothing (upstream stores the

@@ -187,6 +187,23 @@ def test_check_fails_when_a_patch_is_hand_edited(tmp_path):
     assert "governed_memory.sql: differs from the library" in result.stderr
 
 
+def test_check_fails_when_the_controllers_schema_version_lags_the_library(tmp_path):
+    # the controller serves only GovernedSchemaVersion; a migration that moves
+    # memory_schema_version() without it makes every governed controller refuse to start
+    patches = tmp_path / "patches"
+    shutil.copytree(PATCHES, patches)
+    path = patches / MIGRATIONS_PATCH().name
+    text = path.read_text()
+    found = re.search(r"^\+const GovernedSchemaVersion = (\d+)$", text, re.MULTILINE)
+    assert found, "the migrations patch declares GovernedSchemaVersion"
+    lagging = int(found.group(1)) - 1
+    path.write_text(text.replace(found.group(0), f"+const GovernedSchemaVersion = {lagging}"))
+    result = run_script("--check", "--patches-dir", str(patches))
+    assert result.returncode == 1
+    assert f"GovernedSchemaVersion is {lagging}" in result.stderr
+    assert run_script("--patches-dir", str(patches)).returncode == 2  # never rewritten silently
+
+
 def test_rewrite_regenerates_hunks_and_leaves_the_rest(tmp_path):
     sql, patches = tmp_path / "sql", tmp_path / "patches"
     shutil.copytree(SQL_DIR, sql)

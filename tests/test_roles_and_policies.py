@@ -33,7 +33,7 @@ VERSION = PROTOTYPE_POLICY.version
 AUDIENCE = "ARRAY['example.org']"
 
 # What each role may EXECUTE (and nothing else): pinned.
-RUNTIME = {"memory_redeem_assertion", "memory_save_bound", "memory_search_bound",
+RUNTIME = {"memory_redeem_assertion", "memory_redeem_admit", "memory_save_bound", "memory_search_bound",
            "memory_search_many_bound", "memory_admit_bound", "memory_forget_bound",
            "memory_get_policy", "memory_local_server", "memory_schema_version"}
 BRIDGE = {"memory_grant", "memory_generation", "memory_status", "memory_inspect",

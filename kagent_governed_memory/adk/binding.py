@@ -11,9 +11,12 @@ __all__ = ["check_binding"]
 
 
 async def check_binding(binding: RequestBinding | None, *, agent: AgentIdentity,
-                        store: RuntimeRepository) -> ReasonCode | None:
+                        store: RuntimeRepository, admit_units: int = 0) -> ReasonCode | None:
     """Why this request has no memory, or ``None``: the binding fits ``agent`` and the local
-    homeserver, and its assertion was redeemed (once per request, the generation captured)."""
+    homeserver, and its assertion was redeemed (once per request, the generation captured).
+    ``admit_units`` (a first turn's prefetch): when this call redeems, and the store can, the
+    units are admitted in the same call under the captured generation (``redeem_admit``);
+    the outcome waits on the binding for the prefetch."""
     if binding is None:
         return ReasonCode.NO_BINDING
     if binding.assertion is None:
@@ -43,7 +46,14 @@ async def check_binding(binding: RequestBinding | None, *, agent: AgentIdentity,
                 # One round trip: the jti is redeemed (single use, T1) and the generation
                 # captured, only for the classification and output audience the consent
                 # was given for (ADR decision 6; both signed into the assertion)
-                binding.generation = await store.redeem(a)
+                combined = getattr(store, "redeem_admit", None)
+                if admit_units > 0 and combined is not None:
+                    binding.generation, binding.preadmit_refusal = await combined(
+                        a, units=admit_units)
+                    if binding.generation is not None:
+                        binding.preadmitted = admit_units
+                else:
+                    binding.generation = await store.redeem(a)
             except GovernanceError as exc:
                 binding.assertion, binding.reason = None, exc.reason
                 return exc.reason

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import ReasonCode
 from ..metering import Operation
 from ..request import current_request
+from .firstturn import first_turn_text, split_sentences
 
 if TYPE_CHECKING:
     from google.adk.agents.callback_context import CallbackContext
@@ -84,7 +85,11 @@ def make_turn_start_callback(
             binding = current_request()
             if binding is not None:
                 binding.assertion, binding.reason = None, ReasonCode.SPAN_CONTENT_CAPTURE
-        who = await service.admitted(Operation.REQUEST)
+        # A session's first turn prefetches: its admission goes with the redemption (one
+        # controller call), still before any embedding or model work.
+        text = first_turn_text(callback_context.session)
+        units = service.prefetch_units(split_sentences(text)) if text else 0
+        who = await service.admitted(Operation.REQUEST, admit_units=units)
         if who is None:
             return
         checkpoint = turns_of(callback_context.state.get(STATE_KEY), who)

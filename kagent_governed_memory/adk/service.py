@@ -109,17 +109,19 @@ class GovernedMemoryService(BaseMemoryService):
 
     # -- the request path -----------------------------------------------------------------
 
-    async def admitted(self, operation: Operation = Operation.REQUEST) -> Admitted | None:
+    async def admitted(self, operation: Operation = Operation.REQUEST, *,
+                       admit_units: int = 0) -> Admitted | None:
         """This request's key and captured generation, or ``None`` (reason counted and
-        logged)."""
-        who = await self.resolve(operation)
+        logged).  ``admit_units``: see ``check_binding`` (a first turn's prefetch)."""
+        who = await self.resolve(operation, admit_units=admit_units)
         return who if isinstance(who, Admitted) else None
 
-    async def resolve(self, operation: Operation = Operation.REQUEST) -> Admitted | ReasonCode:
+    async def resolve(self, operation: Operation = Operation.REQUEST, *,
+                      admit_units: int = 0) -> Admitted | ReasonCode:
         """Like ``admitted`` but says why memory is absent (a content-free code)."""
         binding = current_request()
         scope = binding.assertion.key.opaque_id if binding and binding.assertion else None
-        reason = await self._check(binding)
+        reason = await self._check(binding, admit_units)
         if binding is not None and not binding.counted:
             binding.counted = True
             self.metering.count(Operation.REQUEST, reason or "ok")
@@ -151,8 +153,12 @@ class GovernedMemoryService(BaseMemoryService):
                 self._unbound_tasks.add(task)
         log_refusal(operation, reason, scope)
 
-    async def _check(self, binding: RequestBinding | None) -> ReasonCode | None:
-        return await check_binding(binding, agent=self.agent, store=self.store)
+    async def _check(self, binding: RequestBinding | None, admit_units: int = 0
+                     ) -> ReasonCode | None:
+        if not getattr(self.admission, "with_redemption", False):
+            admit_units = 0  # an admission of its own (another clock): admitted separately
+        return await check_binding(binding, agent=self.agent, store=self.store,
+                                   admit_units=admit_units)
 
     async def _admit(self, who: Admitted, operation: Operation, *, units: int,
                      explicit: bool = False) -> bool:
@@ -233,14 +239,21 @@ class GovernedMemoryService(BaseMemoryService):
         """A new session's prefetch: at most ``prefetch_max_subqueries`` sub-queries of at most
         ``prefetch_subquery_max_bytes`` each, admitted together before one embedding call."""
         policy = self.store.policy
-        bounded = [q for q in (_bounded_query(q, policy.prefetch_subquery_max_bytes)
-                               for q in queries) if q][: policy.prefetch_max_subqueries]
+        bounded = self._prefetch_queries(queries)
         if not bounded:
             return []
         who = await self.admitted(Operation.PREFETCH)
         if who is None:
             return []
-        if not await self._admit(who, Operation.PREFETCH, units=2 * len(bounded)):
+        units = 2 * len(bounded)
+        binding = current_request()
+        if binding is not None and binding.preadmitted == units:
+            # admitted with the redemption at turn start (one call): taken once, never again
+            binding.preadmitted, refusal = 0, binding.preadmit_refusal
+            if refusal is not None:
+                self._fail(Operation.PREFETCH, refusal, who)
+                return []
+        elif not await self._admit(who, Operation.PREFETCH, units=units):
             return []
         vectors = await self._embed(bounded, Operation.PREFETCH)
         if vectors is None:
@@ -263,6 +276,15 @@ class GovernedMemoryService(BaseMemoryService):
                     texts.add(text)
         self.metering.count(Operation.PREFETCH, n=len(bounded))
         return list(seen.values())
+
+    def prefetch_units(self, queries: Sequence[str]) -> int:
+        """The units ``prefetch(queries)`` admits: two per bounded sub-query."""
+        return 2 * len(self._prefetch_queries(queries))
+
+    def _prefetch_queries(self, queries: Sequence[str]) -> list[str]:
+        policy = self.store.policy
+        return [q for q in (_bounded_query(q, policy.prefetch_subquery_max_bytes)
+                            for q in queries) if q][: policy.prefetch_max_subqueries]
 
     # -- saving -------------------------------------------------------------------------------
 

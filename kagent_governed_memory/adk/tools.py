@@ -6,13 +6,14 @@ service and the database, so a prompt asking the agent to ignore them changes no
 
 from __future__ import annotations
 
-import re
+
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from google.adk.tools.base_tool import BaseTool
 from google.genai import types
 
 from .callbacks import make_autosave_callback, make_turn_start_callback
+from .firstturn import first_turn_text, split_sentences
 from .refusals import notice_text
 
 if TYPE_CHECKING:
@@ -34,8 +35,6 @@ __all__ = [
 _REPLACED_TOOLS = {"load_memory", "save_memory", "prefetch_memory", "preload_memory"}
 _REPLACED_CALLBACKS = {"auto_save_session_to_memory_callback", "governed_autosave_callback"}
 _PREFETCH_DONE = "kgm_prefetch_done"
-_MIN_SENTENCE_CHARS = 30
-_SENTENCE = re.compile(r"(?<=[.!?])\s+")
 
 INSTRUCTION = (
     "\n\nYou may have long-term memory of this user, only where they consented to it. Use "
@@ -121,18 +120,12 @@ class GovernedPrefetchMemoryTool(BaseTool):
         if len(users) != 1 or tool_context.state.get(_PREFETCH_DONE):
             return
         tool_context.state[_PREFETCH_DONE] = True
-        parts = users[0].content.parts if users[0].content and users[0].content.parts else []
-        text = " ".join(p.text for p in parts if p.text).strip()
+        text = first_turn_text(tool_context.session)
         if not text:
             return
         records = await self._service.prefetch(split_sentences(text))
         if records:
             llm_request.append_instructions([render_memories(records)])
-
-
-def split_sentences(text: str) -> list[str]:
-    sentences = [s.strip() for s in _SENTENCE.split(text) if len(s.strip()) >= _MIN_SENTENCE_CHARS]
-    return sentences or [text]
 
 
 def render_memories(records: list[MemoryRecord]) -> str:

@@ -33,7 +33,7 @@ from .._validate import (
     _vector,
 )
 from ..assertion import ScopeAssertion
-from ..errors import InvalidInput, ReasonCode, ScopeDenied
+from ..errors import GovernanceError, InvalidInput, ReasonCode, ScopeDenied
 from ..identity import AgentIdentity, Principal, ScopeKey
 from ..models import (
     ConsentReceipt,
@@ -158,19 +158,42 @@ class KagentControllerStore(_Client):
         return f"KagentControllerStore(agent={self.agent.namespace}/{self.agent.name})"
 
     async def redeem(self, assertion: ScopeAssertion) -> int | None:
+        return _captured(await self._redeem(assertion, {}))
+
+    async def redeem_admit(self, assertion: ScopeAssertion, *, units: int,
+                           explicit: bool = False) -> tuple[int | None, ReasonCode | None]:
+        """``redeem`` and, when it captured a generation, ``admit`` ``units`` under it, in one
+        call (``/generation`` with ``admit``; the controller runs ``memory_redeem_admit``).
+        Returns the generation and why the admission was refused (``None``: admitted); a
+        refusal keeps the redemption.  A controller without the combined call ignores
+        ``admit`` and answers no ``admission``: the work is then admitted by a separate
+        ``/admit`` (two calls, as before)."""
+        if not isinstance(units, int) or isinstance(units, bool) or not 1 <= units <= 1000:
+            raise InvalidInput(ReasonCode.INVALID_ARGUMENT, field="units")
+        data = await self._redeem(assertion, {"admit": {"units": units,
+                                                        "explicit": bool(explicit)}})
+        generation = _captured(data)
+        if generation is None:
+            return None, None
+        admission = data.get("admission")
+        if admission is None:  # an older controller: it redeemed only
+            try:
+                await self.admit(assertion.key, generation, units=units, explicit=explicit)
+            except GovernanceError as exc:
+                return generation, exc.reason
+            return generation, None
+        if admission == "admitted":
+            return generation, None
+        return generation, _reason(admission)
+
+    async def _redeem(self, assertion: ScopeAssertion, body: dict[str, Any]) -> dict[str, Any]:
         if not isinstance(assertion, ScopeAssertion):
             raise InvalidInput(ReasonCode.INVALID_ARGUMENT, field="assertion")
         binding = current_request()
         if binding is not None and binding.assertion is not None \
                 and binding.assertion.jti != assertion.jti:  # the token sent is the binding's
             raise ScopeDenied(ReasonCode.SCOPE_MISMATCH, operation="generation")
-        data = await self._call("generation", assertion.key, {}, idempotent=False)
-        generation = data.get("generation")
-        if generation is None:
-            return None
-        if not isinstance(generation, int) or isinstance(generation, bool):
-            raise _malformed()
-        return generation
+        return await self._call("generation", assertion.key, body, idempotent=False)
 
     async def admit(self, key: ScopeKey, generation: int | None, *, units: int,
                     explicit: bool = False) -> None:
@@ -238,6 +261,15 @@ class KagentControllerStore(_Client):
         return await self._http.post(route, {"scope": scope_body(key), **body},
                                      operation=route, idempotent=idempotent,
                                      headers={ASSERTION_HEADER: binding.token})
+
+
+def _captured(data: dict[str, Any]) -> int | None:
+    generation = data.get("generation")
+    if generation is None:
+        return None
+    if not isinstance(generation, int) or isinstance(generation, bool):
+        raise _malformed()
+    return generation
 
 
 class KagentBridgeStore(_Client):

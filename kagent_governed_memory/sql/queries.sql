@@ -22,6 +22,12 @@ SELECT memory_generation($1, $2, $3, $4, $5, $6, $7, $8, $9) AS generation;
 -- audience as in GetMemoryGeneration.  Each jti once (000008).
 SELECT memory_redeem_assertion($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) AS generation;
 
+-- name: RedeemAndAdmitMemoryWork :one
+-- RedeemScopeAssertion's $1..$11, then $12 units and $13 explicit: the redemption and, under
+-- the generation it captured, the admission, in one transaction (000014).
+SELECT generation, refused, admit_state
+FROM memory_redeem_admit($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13);
+
 -- name: SaveMemoryEntries :many
 SELECT id, created_at, expires_at
 FROM memory_save($1, $2, $3, $4, $5, $6, $7, $8, $9, $10);

@@ -113,6 +113,7 @@ class TestController:
         self.public_keys, self.issuer = public_keys, issuer
 
         self.calls: collections.Counter[str] = collections.Counter()
+        self.combined_admissions = 0  # /generation calls that admitted work too
         self.unverified_calls = 0
         self.refused_auth: collections.Counter[str] = collections.Counter()
         self.legacy_items: list[dict[str, Any]] = []
@@ -192,7 +193,24 @@ class TestController:
 
     async def _generation(self, request: Request) -> JSONResponse:
         async def work(key, body, assertion):  # the request's first call: redeem its jti once
-            return JSONResponse({"generation": await redeem_scope_assertion(self.store, assertion)})
+            admit = body.get("admit")
+            if admit is None:
+                return JSONResponse({"generation": await redeem_scope_assertion(self.store,
+                                                                                assertion)})
+            # with "admit": the redemption and, under the generation it captured, the
+            # admission in one call (memory_redeem_admit, as the Go controller's /generation)
+            units = admit.get("units") if isinstance(admit, dict) else None
+            explicit = admit.get("explicit") if isinstance(admit, dict) else None
+            if not isinstance(units, int) or isinstance(units, bool) or \
+                    not isinstance(explicit, bool) or not 1 <= units <= 1000:
+                return _refuse(ReasonCode.INVALID_ARGUMENT)
+            generation, refused = await self.store.redeem_admit(assertion, units=units,
+                                                                explicit=explicit)
+            if generation is None:
+                return JSONResponse({"generation": None})
+            self.combined_admissions += 1
+            return JSONResponse({"generation": generation,
+                                 "admission": refused.value if refused else "admitted"})
         return await self._run(request, "generation", work)
 
     async def _admit(self, request: Request) -> JSONResponse:

@@ -639,8 +639,13 @@ async def run_patched(h: Harness, store: GovernedMemoryStore, admin_dsn: str) ->
     calls_before_prefetch = h.embedder.calls
     searches_before_prefetch = h.controller.calls["search"]
     many = " ".join(f"Sentence number {i} asks what I like about durian desserts." for i in range(12))
+    calls_before = collections.Counter(h.controller.calls)
     await h.turn("prefetch", many, key=key)
     prefetch_instruction = h.model._instructions[-1] if h.model._instructions else ""
+    first_turn_calls = dict(collections.Counter(h.controller.calls) - calls_before)
+    calls_before = collections.Counter(h.controller.calls)
+    await h.turn("prefetch", "Thanks, that is all for now.", key=key)
+    later_turn_calls = dict(collections.Counter(h.controller.calls) - calls_before)
     report["consented"] = {
         "saved": saved,
         "loaded": loaded,
@@ -655,6 +660,9 @@ async def run_patched(h: Harness, store: GovernedMemoryStore, admin_dsn: str) ->
         "prefetch_instruction_has_expired": expired_marker in prefetch_instruction,
         "prefetch_embedding_items": h.embedder.items[calls_before_prefetch:],
         "prefetch_search_calls": h.controller.calls["search"] - searches_before_prefetch,
+        # the governed calls of a session's first turn (its prefetch) and of a later turn
+        "first_turn_calls": first_turn_calls,
+        "later_turn_calls": later_turn_calls,
     }
 
     page = await store.inspect(key, page_size=50)
