@@ -168,7 +168,8 @@ class _RuntimeOps(_Statements):
                               fact_max_bytes=p.fact_max_bytes, dimension=p.embedding_dimension)
         rows = await self._all(
             "save", self._stmt("SaveMemoryEntries"),
-            [*self._request("save", key), *_key(key), gen, p.version, list(facts), _Vectors(vectors)],
+            [*self._request("save", key), *_key(key), gen, p.version, list(facts),
+             _Vectors(vectors)],
         )
         return [str(r[0]) for r in rows]
 

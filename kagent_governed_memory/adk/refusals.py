@@ -9,13 +9,17 @@ sentence per reason (literal format strings: nothing from the request is formatt
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
+import weakref
+from typing import Any
 
 from ..errors import ReasonCode
 from ..metering import Operation
+from ..request import current_request
 
-__all__ = ["NOTICE_AUTHOR", "fix_for", "log_refusal", "notice_text"]
+__all__ = ["NOTICE_AUTHOR", "RefusalLog", "fix_for", "log_refusal", "notice_text"]
 
 _log = logging.getLogger("kagent_governed_memory.adk")
 NOTICE_AUTHOR = "kagent-governed-memory"  # the author of a "no memory: <reason>" notice entry
@@ -98,3 +102,29 @@ def log_refusal(operation: Operation, reason: ReasonCode, scope: str | None) -> 
 def _reset_for_tests() -> None:
     with _lock:
         _warned.clear()
+
+
+class RefusalLog:
+    """One content-free line per refused request: the reason code, the operation that met it
+    first and the opaque scope id (never text, user, room or token); the first of each reason
+    in the process is a WARNING naming the fix (``log_refusal``).  A request without a binding
+    is told apart by its asyncio task."""
+
+    def __init__(self) -> None:
+        self._unbound: weakref.WeakSet[asyncio.Task[Any]] = weakref.WeakSet()
+
+    def refused(self, operation: Operation, reason: ReasonCode, scope: str | None) -> None:
+        binding = current_request()
+        if scope is None and binding is not None and binding.assertion is not None:
+            scope = binding.assertion.key.opaque_id
+        if binding is not None:
+            if reason in binding.logged:
+                return
+            binding.logged.add(reason)
+        else:
+            task = asyncio.current_task()
+            if task is not None:
+                if task in self._unbound:
+                    return
+                self._unbound.add(task)
+        log_refusal(operation, reason, scope)

@@ -11,9 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import unicodedata
-import weakref
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
 from google.adk.memory.base_memory_service import BaseMemoryService, SearchMemoryResponse
@@ -30,10 +28,12 @@ from ..repository import ControlRepository, RuntimeRepository
 from ..request import RequestBinding, current_request
 from ..store import MAX_SEARCH_QUERIES
 from ..telemetry import SpanContentMode, check_adk_span_content
+from ._outcomes import Admitted, SaveOutcome, _bounded_query
+from ._tasks import AutosaveTasks, _type_name
 from .recall import Recalled
 from .binding import check_binding
 from .entries import entry_text, memory_entry, notice_entry
-from .refusals import log_refusal
+from .refusals import RefusalLog
 from .summariser import summarise
 
 if TYPE_CHECKING:
@@ -45,21 +45,6 @@ if TYPE_CHECKING:
 __all__ = ["Admitted", "GovernedMemoryService", "SaveOutcome"]
 
 _log = logging.getLogger("kagent_governed_memory.adk")
-
-
-@dataclass(frozen=True)
-class Admitted:
-    """A request that may use memory: its key and the generation captured at admission."""
-
-    key: ScopeKey
-    generation: int
-
-
-@dataclass(frozen=True)
-class SaveOutcome:
-    saved: tuple[str, ...] = ()
-    reason: ReasonCode | None = None
-    dropped: int = 0
 
 
 class GovernedMemoryService(BaseMemoryService):
@@ -98,14 +83,14 @@ class GovernedMemoryService(BaseMemoryService):
         self.summariser = summariser
         self.admission = admission or Admission(store)
         self.metering = Metering(meter_provider)
-        self._tasks: dict[asyncio.Task[Any], str] = {}
+        self._tasks = AutosaveTasks()
         self.recalled = Recalled()  # this process's in-flight invocations only; never persisted
         # Fail closed: google-adk writes tool results (recalled facts) into spans unless told
         # not to.  "warn" when ContentFreeSpanProcessor/ContentFreeLogRecordProcessor guard
         # every exporter; "ignore" only when nothing exports telemetry at all.
         check_adk_span_content(span_content)
         self.span_content = span_content  # also applied per request (RunConfig.telemetry)
-        self._unbound_tasks: weakref.WeakSet[asyncio.Task[Any]] = weakref.WeakSet()
+        self._refusals = RefusalLog()  # one line per refused request
 
     # -- the request path -----------------------------------------------------------------
 
@@ -134,24 +119,7 @@ class GovernedMemoryService(BaseMemoryService):
         return Admitted(binding.assertion.key, binding.generation)  # type: ignore[arg-type]
 
     def _refused(self, operation: Operation, reason: ReasonCode, scope: str | None) -> None:
-        """One content-free line per refused request: the reason code, the operation that met
-        it first and the opaque scope id (never text, user, room or token); the first of each
-        reason in the process is a WARNING naming the fix (``refusals``).  A request without a
-        binding is told apart by its asyncio task."""
-        binding = current_request()
-        if scope is None and binding is not None and binding.assertion is not None:
-            scope = binding.assertion.key.opaque_id
-        if binding is not None:
-            if reason in binding.logged:
-                return
-            binding.logged.add(reason)
-        else:
-            task = asyncio.current_task()
-            if task is not None:
-                if task in self._unbound_tasks:
-                    return
-                self._unbound_tasks.add(task)
-        log_refusal(operation, reason, scope)
+        self._refusals.refused(operation, reason, scope)
 
     async def _check(self, binding: RequestBinding | None, admit_units: int = 0
                      ) -> ReasonCode | None:
@@ -356,26 +324,17 @@ class GovernedMemoryService(BaseMemoryService):
 
     def schedule_autosave(self, who: Admitted, lines: list[str]) -> asyncio.Task[SaveOutcome]:
         """Run ``autosave`` in the background, tracked so ``withdraw`` can cancel it."""
-        task = asyncio.get_running_loop().create_task(self.autosave(who, lines))
-        self._tasks[task] = who.key.opaque_id
-        task.add_done_callback(self._tasks.pop)
-        task.add_done_callback(_retrieve_outcome)
-        return task
+        return self._tasks.start(self.autosave(who, lines), who.key.opaque_id)
 
     async def drain(self) -> None:
         """Wait for every background auto-save (tests, graceful shutdown)."""
-        while self._tasks:
-            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+        await self._tasks.drain()
 
     async def cancel_autosaves(self, key: ScopeKey) -> int:
         """Cancel this key's pending auto-saves in this process and wait for them; returns how
         many were cancelled.  A courtesy: the generation fence is what guarantees nothing
         lands after a withdrawal, whichever process withdraws."""
-        pending = [t for t, k in list(self._tasks.items()) if k == key.opaque_id]
-        for task in pending:
-            task.cancel()
-        await asyncio.gather(*pending, return_exceptions=True)
-        return len(pending)
+        return await self._tasks.cancel(key.opaque_id)
 
     async def withdraw(self, key: ScopeKey) -> ErasureReceipt:
         """Withdraw in the store (C4: disabled and the generation advanced, committed first,
@@ -395,9 +354,7 @@ class GovernedMemoryService(BaseMemoryService):
             await self.cancel_autosaves(key)
 
     async def aclose(self) -> None:
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*list(self._tasks), return_exceptions=True)
+        await self._tasks.close()
 
     # -- google-adk BaseMemoryService ---------------------------------------------------------
 
@@ -449,26 +406,3 @@ class GovernedMemoryService(BaseMemoryService):
             self._fail(Operation.DELETE, exc.reason, who)
             return
         self.metering.count(Operation.DELETE)
-
-
-def _retrieve_outcome(task: asyncio.Task[Any]) -> None:
-    """Every background task's exception is retrieved here (so asyncio never reports it, with
-    its text, as 'never retrieved') and logged by type only."""
-    if task.cancelled():
-        return
-    exc = task.exception()
-    if exc is not None:
-        _log.warning("autosave failed error=%s", _type_name(type(exc).__name__))
-
-
-def _type_name(name: str) -> str:
-    return name if name.isidentifier() and len(name) <= 64 else "Exception"
-
-
-def _bounded_query(query: object, max_bytes: int) -> str:
-    """Queries are never stored, so an over-long one is cut (on a UTF-8 boundary), not refused."""
-    if not isinstance(query, str):
-        return ""
-    raw = query.replace("\x00", " ").strip().encode("utf-8", "ignore")[:max_bytes]
-    return raw.decode("utf-8", "ignore").strip()
-
