@@ -5,8 +5,9 @@ The series is a set of small pull requests, each standalone against the snapshot
 ``patches/kagent-main/BASE``.  Steps (each prints PASS, FAIL or NOT RUN with the reason):
 
 * ``apply``: every patch applies alone on BASE (``git am``), and all apply in order;
-* ``go``: for every patch that touches ``go/``, on BASE + that patch alone (one tree path,
-  reset between PRs, so the build cache carries over):
+* ``go``: for every patch that touches ``go/``, on BASE + that patch alone, or on the Go
+  patches it names as prerequisites (``prerequisite-patch-id``) when it has any, checking its
+  own commit only (one tree path, reset between PRs, so the build cache carries over):
   ``scripts/verify_go_series.py --lint`` (builds, ``go vet`` and ``gofmt -l`` of the touched
   packages, ``sqlc generate`` v1.30.0 leaves the tree byte-identical, golangci-lint at main's pin
   with main's ``go/.golangci.yaml``);
@@ -48,6 +49,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -90,6 +92,19 @@ def touched(patch: Path) -> set[str]:
         if line.startswith("diff --git a/"):
             tops.add(line.split()[2][2:].split("/", 1)[0])
     return tops
+
+
+def prerequisites(patch: Path) -> list[Path]:
+    """The patches of the series that ``patch`` names as prerequisites (git format-patch --base
+    writes a ``prerequisite-patch-id`` per commit between the base and the patch)."""
+    wanted = set(re.findall(r"^prerequisite-patch-id: ([0-9a-f]{40})$", patch.read_text(), re.M))
+    found = []
+    for other in patches():
+        done = subprocess.run(["git", "patch-id", "--stable"], stdin=other.open("rb"),
+                              capture_output=True, check=True)
+        if done.stdout.split()[:1] and done.stdout.split()[0].decode() in wanted:
+            found.append(other)
+    return found
 
 
 class Report:
@@ -231,17 +246,22 @@ def step_go(rep: Report, src: Path, work: Path, base: str, lint: bool) -> None:
             continue
         # one tree path for every PR: the go command keys a package's build by its directory,
         # so the second PR rebuilds only what differs from the first
+        # a PR that declares Go prerequisites (0013 needs 0011's track) is checked on them:
+        # only its own commit, from the last prerequisite
         tree = work / "alone"
         fresh_tree(src, tree, base)
-        code, out, secs = apply(tree, [patch])
+        before = [p for p in prerequisites(patch) if "go" in touched(p)]
+        code, out, secs = apply(tree, [*before, patch])
         if code != 0:
             rep.line("FAIL", "go", f"{patch.name}: does not apply", secs, out)
             continue
         env = go_env(work, tree, rep)
         if env is None:
             continue
+        pr_base = run(["git", "-C", str(tree), "rev-parse", "HEAD~1"])[1].strip() if before else base
+        on = f"on {'+'.join(p.name[:4] for p in before)}" if before else "alone"
         cmd = [sys.executable, str(SCRIPTS / "verify_go_series.py"), "--tree", str(tree),
-               "--base", base, "--build-list", str(work / "modfile" / tree.name / "build-list")]
+               "--base", pr_base, "--build-list", str(work / "modfile" / tree.name / "build-list")]
         if lint:
             binary = lint_binary(rep)
             if binary is None:
@@ -253,7 +273,7 @@ def step_go(rep: Report, src: Path, work: Path, base: str, lint: bool) -> None:
                         if x.startswith(("PASS", "FAIL", "SKIP", "SUMMARY", "  FAILED",
                                          "verify_go_series:"))), flush=True)
         rep.line("PASS" if code == 0 else ("NOT RUN" if code == 3 else "FAIL"), "go",
-                 f"{patch.name} alone: build (substitute modfile), vet, gofmt, sqlc, "
+                 f"{patch.name} {on}: build (substitute modfile), vet, gofmt, sqlc, "
                  + (f"golangci-lint v{LINT_VERSION} (x/tools {LINT_XTOOLS})" if lint
                     else "golangci-lint NOT RUN (--no-lint)"), secs, out)
 
