@@ -8,7 +8,7 @@ substrate with it (``kagent_main_modfile.py --substrate``), and on the tree hold
 patches in order runs, in place:
 
 * ``go vet ./core/internal/grpcserver/...``;
-* golangci-lint (main's pin, rebuilt as ``verify_kagent_main.lint_binary`` does) with main's
+* golangci-lint (main's pin, rebuilt as ``kagent_main_lint.lint_binary`` does) with main's
   ``go/.golangci.yaml`` minus its custom plugins (they lint ``api/v1alpha*`` only);
 * ``go test -race -count=1 -v ./core/internal/grpcserver/...``;
 

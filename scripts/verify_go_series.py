@@ -641,7 +641,10 @@ def main(argv: list[str] | None = None) -> int:
                                     f"lint of {pkg} NOT RUN: not in --build-list"))
                 if args.lint_all:
                     packages = build
-            linter.run(run_, wt, head[:9], packages or build or ["./..."])
+            if packages or build is None:
+                linter.run(run_, wt, head[:9], packages or ["./..."])
+            else:  # what was touched cannot be built here (said above), and nothing else
+                run_.add(Result(head[:9], "lint", "SKIP", 0.0, "no buildable Go package touched"))
     except SetupError as exc:
         print(f"verify_go_series: {exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -5,8 +5,9 @@ The series is a set of small pull requests, each standalone against the snapshot
 ``patches/kagent-main/BASE``.  Steps (each prints PASS, FAIL or NOT RUN with the reason):
 
 * ``apply``: every patch applies alone on BASE (``git am``), and all apply in order;
-* ``go``: for every patch that touches ``go/``, on BASE + that patch alone (one tree path,
-  reset between PRs, so the build cache carries over):
+* ``go``: for every patch that touches ``go/``, on BASE + that patch alone, or on the Go
+  patches it names as prerequisites (``prerequisite-patch-id``) when it has any, checking its
+  own commit only (one tree path, reset between PRs, so the build cache carries over):
   ``scripts/verify_go_series.py --lint`` (builds, ``go vet`` and ``gofmt -l`` of the touched
   packages, ``sqlc generate`` v1.30.0 leaves the tree byte-identical, golangci-lint at main's pin
   with main's ``go/.golangci.yaml``);
@@ -47,8 +48,8 @@ run (no kagent source holding BASE) -- "KAGENT MAIN VERIFICATION NOT RUN".
 from __future__ import annotations
 
 import argparse
-import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -59,6 +60,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import kagent_main_crdcheck  # noqa: E402
 import kagent_main_inplace as inplace  # noqa: E402
+from kagent_main_lint import LINT_VERSION, LINT_XTOOLS, lint_binary  # noqa: E402
 from kagent_main_inplace import run  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
@@ -66,14 +68,13 @@ SERIES = REPO / "patches" / "kagent-main"
 SCRIPTS = REPO / "scripts"
 STEPS = ("apply", "proto", "go", "go-tests", "crd", "python")
 GOTOOLCHAIN = "go1.27.3"
-# golangci-lint at main's pin, rebuilt against a newer golang.org/x/tools: the v2.13.0 release
-# links x/tools v0.49.0, whose export-data reader stops at version 4, and go1.27.3 writes
-# version 5, so the release binary reports only typecheck errors on main.
-LINT_VERSION, LINT_XTOOLS = "2.13.0", "v0.52.0"
-LINT_MODULE = "github.com/golangci/golangci-lint/v2"
-CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "kagent-governed-memory"
 IDENTITY = ["-c", "user.name=verify", "-c", "user.email=verify@localhost"]
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NOT_RUN = 0, 1, 2, 3
+# the packages the Go PRs touch or add (0012: memoryscope; 0013: database, dbtest)
+GO_TEST_PACKAGES = ("./core/internal/dbtest/...", "./core/pkg/migrations/...",
+                    "./core/internal/database/...", "./core/internal/service/memory/...",
+                    "./core/internal/memoryscope/...", "./adk/pkg/memory/...",
+                    "./core/internal/controller/translator/agent/...")
 
 
 def base_commit() -> str:
@@ -91,6 +92,19 @@ def touched(patch: Path) -> set[str]:
         if line.startswith("diff --git a/"):
             tops.add(line.split()[2][2:].split("/", 1)[0])
     return tops
+
+
+def prerequisites(patch: Path) -> list[Path]:
+    """The patches of the series that ``patch`` names as prerequisites (git format-patch --base
+    writes a ``prerequisite-patch-id`` per commit between the base and the patch)."""
+    wanted = set(re.findall(r"^prerequisite-patch-id: ([0-9a-f]{40})$", patch.read_text(), re.M))
+    found = []
+    for other in patches():
+        done = subprocess.run(["git", "patch-id", "--stable"], stdin=other.open("rb"),
+                              capture_output=True, check=True)
+        if done.stdout.split()[:1] and done.stdout.split()[0].decode() in wanted:
+            found.append(other)
+    return found
 
 
 class Report:
@@ -147,8 +161,8 @@ def step_apply(rep: Report, src: Path, work: Path, base: str) -> None:
     rep.line("PASS" if code == 0 else "FAIL", "apply",
              f"all {len(patches())} patches in order on {base[:9]}", secs, out)
     code, out, secs = run([sys.executable, str(SCRIPTS / "sync_patch_sql_main.py"), "--check"])
-    rep.line("PASS" if code == 0 else "FAIL", "apply",
-             "0011's governed track SQL is generated from kagent_governed_memory/sql", secs, out)
+    rep.line("PASS" if code == 0 else "FAIL", "apply", "0011-0013 carry the library's files as "
+             "generated (governed track, qualified statements, assertion vectors)", secs, out)
 
 
 def go_env(work: Path, tree: Path, rep: Report) -> dict[str, str] | None:
@@ -163,42 +177,6 @@ def go_env(work: Path, tree: Path, rep: Report) -> dict[str, str] | None:
     print("\n".join("    " + x for x in out.rstrip().splitlines()), flush=True)
     env["GOFLAGS"] = f"-modfile={out_dir / 'go.mod'} -mod=mod"
     return env
-
-
-def lint_binary(rep: Report) -> Path | None:
-    """golangci-lint LINT_VERSION built from its module with x/tools LINT_XTOOLS (cached)."""
-    out_dir = CACHE / f"golangci-lint-v{LINT_VERSION}-xtools-{LINT_XTOOLS}"
-    binary = out_dir / "golangci-lint"
-    if binary.exists():
-        return binary
-    env = {k: v for k, v in os.environ.items() if k != "GOFLAGS"}
-    env["GOTOOLCHAIN"] = os.environ.get("GOTOOLCHAIN", GOTOOLCHAIN)
-    started = time.monotonic()
-    code, out, _ = run(["go", "mod", "download", "-json", f"{LINT_MODULE}@v{LINT_VERSION}"],
-                       env=env)
-    if code != 0:
-        rep.line("FAIL", "lint", f"go mod download {LINT_MODULE}@v{LINT_VERSION}", 0, out)
-        return None
-    src = Path(json.loads(out[out.index("{"):])["Dir"])
-    build_dir = out_dir / "src"
-    if build_dir.exists():
-        shutil.rmtree(build_dir)
-    shutil.copytree(src, build_dir)
-    for path in [build_dir, *build_dir.rglob("*")]:
-        path.chmod(path.stat().st_mode | 0o200)
-    for cmd in (["go", "mod", "edit", f"-require=golang.org/x/tools@{LINT_XTOOLS}"],
-                ["go", "mod", "tidy"],
-                ["go", "build", "-o", str(binary), "-ldflags",
-                 f"-X main.version={LINT_VERSION} -X main.date=rebuilt-with-x/tools-{LINT_XTOOLS}",
-                 "./cmd/golangci-lint"]):
-        code, out, _ = run(cmd, cwd=build_dir, env=env)
-        if code != 0:
-            rep.line("FAIL", "lint", f"building golangci-lint: {' '.join(cmd[:3])}", 0, out)
-            return None
-    shutil.rmtree(build_dir)
-    rep.line("INFO", "lint", f"built golangci-lint v{LINT_VERSION} with golang.org/x/tools "
-             f"{LINT_XTOOLS} into {binary}", time.monotonic() - started)
-    return binary
 
 
 def step_proto(rep: Report, src: Path, work: Path, base: str) -> None:
@@ -268,17 +246,22 @@ def step_go(rep: Report, src: Path, work: Path, base: str, lint: bool) -> None:
             continue
         # one tree path for every PR: the go command keys a package's build by its directory,
         # so the second PR rebuilds only what differs from the first
+        # a PR that declares Go prerequisites (0013 needs 0011's track) is checked on them:
+        # only its own commit, from the last prerequisite
         tree = work / "alone"
         fresh_tree(src, tree, base)
-        code, out, secs = apply(tree, [patch])
+        before = [p for p in prerequisites(patch) if "go" in touched(p)]
+        code, out, secs = apply(tree, [*before, patch])
         if code != 0:
             rep.line("FAIL", "go", f"{patch.name}: does not apply", secs, out)
             continue
         env = go_env(work, tree, rep)
         if env is None:
             continue
+        pr_base = run(["git", "-C", str(tree), "rev-parse", "HEAD~1"])[1].strip() if before else base
+        on = f"on {'+'.join(p.name[:4] for p in before)}" if before else "alone"
         cmd = [sys.executable, str(SCRIPTS / "verify_go_series.py"), "--tree", str(tree),
-               "--base", base, "--build-list", str(work / "modfile" / tree.name / "build-list")]
+               "--base", pr_base, "--build-list", str(work / "modfile" / tree.name / "build-list")]
         if lint:
             binary = lint_binary(rep)
             if binary is None:
@@ -290,7 +273,7 @@ def step_go(rep: Report, src: Path, work: Path, base: str, lint: bool) -> None:
                         if x.startswith(("PASS", "FAIL", "SKIP", "SUMMARY", "  FAILED",
                                          "verify_go_series:"))), flush=True)
         rep.line("PASS" if code == 0 else ("NOT RUN" if code == 3 else "FAIL"), "go",
-                 f"{patch.name} alone: build (substitute modfile), vet, gofmt, sqlc, "
+                 f"{patch.name} {on}: build (substitute modfile), vet, gofmt, sqlc, "
                  + (f"golangci-lint v{LINT_VERSION} (x/tools {LINT_XTOOLS})" if lint
                     else "golangci-lint NOT RUN (--no-lint)"), secs, out)
 
@@ -308,9 +291,7 @@ def step_go_tests(rep: Report, src: Path, work: Path, base: str,
     if env is None:
         return
     cmd = [sys.executable, str(SCRIPTS / "run_go_db_tests.py"), "--tree", str(tree)]
-    for pattern in ("./core/internal/dbtest/...", "./core/pkg/migrations/...",
-                    "./core/internal/database/...", "./core/internal/service/memory/...",
-                    "./adk/pkg/memory/...", "./core/internal/controller/translator/agent/..."):
+    for pattern in GO_TEST_PACKAGES:
         cmd += ["--package", pattern]
     code, out, secs = run(cmd, env=env)
     print("\n".join("    " + x for x in out.rstrip().splitlines()[-40:]), flush=True)

@@ -139,9 +139,37 @@ def test_each_go_pr_alone_builds_vets_formats_regenerates_and_lints() -> None:
     assert "golangci-lint NOT RUN" not in out, out
 
 
+# packages whose tests another step runs: grpcserver (the probe, and in place on the substrate
+# stand-in), the API packages (the crd step)
+ELSEWHERE = ("go/core/internal/grpcserver", "go/api/")
+
+
+def _go_test_packages() -> tuple[str, ...]:
+    sys.path.insert(0, str(REPO / "scripts"))
+    import verify_kagent_main
+
+    return verify_kagent_main.GO_TEST_PACKAGES
+
+
+def test_every_go_prs_tests_are_in_the_go_tests_step() -> None:
+    """A Go PR's test files lie under a package pattern the go-tests step runs (or another step)."""
+    patterns = [x.removeprefix("./").removesuffix("/...") for x in _go_test_packages()]
+    for patch in _patches():
+        dirs = set(re.findall(r"^diff --git a/(go/\S+)/[^/\s]+_test\.go ", patch.read_text(), re.M))
+        for d in sorted(dirs):
+            if d.startswith(ELSEWHERE):
+                continue
+            inside = d.removeprefix("go/")
+            assert any(inside == p or inside.startswith(p + "/") for p in patterns), (
+                f"{patch.name}: tests in {d} are run by no go-tests pattern")
+
+
 def test_kagent_go_tests_pass_on_the_go_prs_with_race_on_embedded_postgres() -> None:
     out = _verify("go-tests")
     assert out.count("PASS    go-tests") == 2, out  # the packages; grpcserver's interceptors
+    # the governed packages ran and passed (0011's track, 0012's verifier, 0013's client)
+    for pkg in ("core/pkg/migrations", "core/internal/memoryscope", "core/internal/database"):
+        assert re.search(rf"PASS\s+github\.com/kagent-dev/kagent/go/{pkg}\s", out), pkg
 
 
 def test_what_cannot_run_here_is_reported_not_run() -> None:
