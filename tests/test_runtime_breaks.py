@@ -208,6 +208,10 @@ class _StalledRedemption:
         self.redeemed += 1
         raise StoreUnavailable(ReasonCode.STORE_UNAVAILABLE, operation="generation")
 
+    async def redeem_admit(self, assertion, *, units, explicit=False):
+        """A first turn redeems and admits its prefetch in one call (000014): it fails too."""
+        await self.redeem(assertion)
+
 
 async def test_a_failed_redemption_is_final_for_its_request(store, database):
     """One redemption per request, whatever the controller answers: the first turn of a
