@@ -298,3 +298,63 @@ async def test_floor_benchmark_at_a_tiny_size(database):
     assert result["save_profile"]["memory_save"]["calls_per_save"] == 1
     table = floor.render(result)
     assert "governed search / plain:" in table and "governed save / plain insert:" in table
+
+
+# -- issue 29 item 3: growth past 1M rows, at a tiny size --------------------------------------
+
+
+def test_growth_benchmark_at_a_tiny_size():
+    """benchmarks/growth.py: fenced rows, then bulk-copied rows that a search cannot tell from
+    fenced ones (a bulk scope answers exactly what the fenced scope with the same facts does),
+    recall 1.00, every round timed, and the disk guard stops growth before a step that would
+    eat the reserve."""
+    growth = _load("kgm_benchmarks_growth", "growth.py")
+    import asyncio
+
+    from kagent_governed_memory import GovernedMemoryStore
+    from kagent_governed_memory._embedded import EmbeddedPostgres
+
+    with EmbeddedPostgres() as pg:
+        out = growth.run_growth(pg, steps=[40, 80], small_rows=10, facts=5, iters=6, rounds=2,
+                                fenced_upto=10, reserve_gb=0.0, buffers="default",
+                                say=lambda _m: None, source_scopes=2)
+        assert [m["rows"] for m in out["steps"]] == [40, 80] and out["stopped"] is None
+        for m in out["steps"]:
+            assert m["recall"] == 1.0 and m["buffers_per_search"] > 0
+            assert len(m["rounds"]) == 2
+            assert all(r[k]["median"] > 0 for r in m["rounds"] for k in ("small", "large"))
+        assert out["steps"][1]["bulk_s"] >= 0 and out["steps"][0]["fenced_s"] > 0
+
+        async def same_answers() -> None:
+            app = growth.bench.with_search_path(pg.dsn, "kgm_growth_large")
+            store = await GovernedMemoryStore.open(app, local_server=growth.bench.LOCAL,
+                                                   sweep_every=None)
+            try:
+                q = [1.0] + [0.0] * 767
+                for fenced, bulk in ((0, 2), (1, 15)):  # scope 2 and 15 reuse 0's and 1's facts
+                    a = await store.search(growth.bench.scope_key(fenced), 1, q, limit=5)
+                    b = await store.search(growth.bench.scope_key(bulk), 1, q, limit=5)
+                    assert [h.text for h in a] == [h.text for h in b] and len(a) == 5
+                st = await store.status(growth.bench.scope_key(15))
+                assert st.entry_count == 5
+                # column by column what a fenced save stores: the scope's generation, its TTL
+                admin = growth.bench.with_search_path(pg.admin_dsn, "kgm_growth_large")
+                async with await growth.bench.connect(admin) as adm:
+                    row = await (await adm.execute(
+                        "SELECT count(*), count(DISTINCT e.expires_at - e.created_at),"
+                        " bool_and(e.generation = s.generation)"
+                        " FROM memory_entry e JOIN memory_scope s ON s.id = e.scope_id")).fetchone()
+                assert row == (80, 1, True)
+            finally:
+                await store.close()
+        asyncio.run(same_answers())
+        table = growth.render(out)
+        assert "| 80 | 2 |" in table and "storage reads per search" in table
+        # the disk guard: a reserve larger than the disk stops before the second step
+        for schema in ("kgm_growth_small", "kgm_growth_large"):
+            asyncio.run(growth.bench.drop_schema(pg.owner_dsn, schema))
+        stopped = growth.run_growth(pg, steps=[40, 80], small_rows=10, facts=5, iters=2,
+                                    rounds=1, fenced_upto=10, reserve_gb=1e6, buffers="default",
+                                    say=lambda _m: None, source_scopes=2)
+        assert [m["rows"] for m in stopped["steps"]] == [40]
+        assert stopped["stopped"]["before_rows"] == 80
