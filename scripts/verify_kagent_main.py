@@ -18,7 +18,8 @@ The series is a set of small pull requests, each standalone against the snapshot
   unit tests, and the admission cases of ``tests/kagent_main/`` through kube-apiserver's own
   defaulting, validation and CEL code (``scripts/kagent_main_crdcheck.py``); kagent's envtest
   tests need binaries from GitHub and are reported NOT RUN;
-* ``python``: for every patch that touches ``python/``, on BASE + that patch alone, ruff and
+* ``python``: for every patch that touches ``python/``, on BASE + that patch alone (or on the
+  patches it names as prerequisites: ``0020`` on ``0010``), ruff and
   kagent-adk's unit tests in main's own lock (``uv sync --frozen``, Python 3.13):
   ``scripts/verify_main_python_pr.py``.
 
@@ -325,7 +326,10 @@ def step_python(rep: Report, src: Path, work: Path, base: str) -> None:
             continue
         tree = work / f"alone-{patch.name[:4]}"
         fresh_tree(src, tree, base)
-        code, out, secs = apply(tree, [patch])
+        # a PR that declares prerequisites (0020 needs 0010's generated governed stubs) is checked
+        # on them; ruff and the tests then see the PR's own change on top of them
+        before = prerequisites(patch)
+        code, out, secs = apply(tree, [*before, patch])
         if code != 0:
             rep.line("FAIL", "python", f"{patch.name}: does not apply", secs, out)
             continue
@@ -333,7 +337,8 @@ def step_python(rep: Report, src: Path, work: Path, base: str) -> None:
                                "--tree", str(tree)])
         print("\n".join("    " + x for x in out.rstrip().splitlines()[-25:]), flush=True)
         status = "PASS" if code == 0 else ("NOT RUN" if code == 3 else "FAIL")
-        rep.line(status, "python", f"{patch.name} alone: ruff and kagent-adk's unit tests "
+        on = f"on {'+'.join(p.name[:4] for p in before)}" if before else "alone"
+        rep.line(status, "python", f"{patch.name} {on}: ruff and kagent-adk's unit tests "
                  "in main's lock (Python 3.13)", secs, out)
 
 
