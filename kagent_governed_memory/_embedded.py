@@ -183,8 +183,8 @@ def prepare_app_database(admin_dsn: str, database: str, template: str = "") -> N
                          .format(sql.Identifier(CONTROLLER_ROLE), sql.Identifier(RUNTIME_GROUP),
                                  sql.Identifier(BRIDGE_GROUP), sql.Identifier(OPERATOR_GROUP),
                                  sql.Identifier(GRANTS_GROUP)))
-        elif not conn.execute("SELECT pg_has_role(%s, %s, 'MEMBER')",
-                              [CONTROLLER_ROLE, GRANTS_GROUP]).fetchone()[0]:
+        elif (conn.execute("SELECT pg_has_role(%s, %s, 'MEMBER')",
+                           [CONTROLLER_ROLE, GRANTS_GROUP]).fetchone() or (False,))[0] is not True:
             # a cluster prepared before 000015: the controller's login also mints grants
             conn.execute(sql.SQL("GRANT {} TO {}").format(sql.Identifier(GRANTS_GROUP),
                                                           sql.Identifier(CONTROLLER_ROLE)))
