@@ -33,6 +33,8 @@ RUNTIME_GROUP = "kagent_memory_runtime"
 BRIDGE_GROUP = "kagent_memory_bridge"
 RUNTIME_ROLE = "kgm_runtime"  # an agent runtime's login (member of kagent_memory_runtime)
 BRIDGE_ROLE = "kgm_bridge"  # the bridge's login (member of kagent_memory_bridge)
+GRANTS_GROUP = "kagent_memory_grants"  # runtime grants on kagent main (000015)
+GRANTS_ROLE = "kgm_grants"  # a login holding only kagent_memory_grants (tests)
 # the kagent controller's serving login: runtime + bridge + operator (not the deprecated service)
 CONTROLLER_ROLE = "kgm_controller"
 APP_DATABASE = "kgm"
@@ -138,7 +140,10 @@ def prepare_app_database(admin_dsn: str, database: str, template: str = "") -> N
       ``kagent_memory_operator``: also the offboarding entry points;
     * ``kgm_controller`` (login) is a member of ``kagent_memory_runtime``,
       ``kagent_memory_bridge`` and ``kagent_memory_operator``, as the kagent controller's
-      serving login is (it registers itself as a verifier at startup).
+      serving login is (it registers itself as a verifier at startup), and of
+      ``kagent_memory_grants`` (its A2A transport mints runtime grants, its gRPC interceptor
+      resolves them; migration 000015);
+    * ``kgm_grants`` (login) is only a member of ``kagent_memory_grants``.
 
     pgvector is created by the superuser (it is not a trusted extension).
     """
@@ -166,16 +171,23 @@ def prepare_app_database(admin_dsn: str, database: str, template: str = "") -> N
             conn.execute(sql.SQL("CREATE ROLE {} LOGIN NOSUPERUSER NOBYPASSRLS IN ROLE {}, {}")
                          .format(sql.Identifier(OPERATOR_ROLE), sql.Identifier(SERVICE_ROLE),
                                  sql.Identifier(OPERATOR_GROUP)))
-        for group, login in ((RUNTIME_GROUP, RUNTIME_ROLE), (BRIDGE_GROUP, BRIDGE_ROLE)):
+        for group, login in ((RUNTIME_GROUP, RUNTIME_ROLE), (BRIDGE_GROUP, BRIDGE_ROLE),
+                             (GRANTS_GROUP, GRANTS_ROLE)):
             if not has(group):
                 conn.execute(sql.SQL("CREATE ROLE {} NOLOGIN").format(sql.Identifier(group)))
             if not has(login):
                 conn.execute(sql.SQL("CREATE ROLE {} LOGIN NOSUPERUSER NOBYPASSRLS IN ROLE {}")
                              .format(sql.Identifier(login), sql.Identifier(group)))
         if not has(CONTROLLER_ROLE):
-            conn.execute(sql.SQL("CREATE ROLE {} LOGIN NOSUPERUSER NOBYPASSRLS IN ROLE {}, {}, {}")
+            conn.execute(sql.SQL("CREATE ROLE {} LOGIN NOSUPERUSER NOBYPASSRLS IN ROLE {}, {}, {}, {}")
                          .format(sql.Identifier(CONTROLLER_ROLE), sql.Identifier(RUNTIME_GROUP),
-                                 sql.Identifier(BRIDGE_GROUP), sql.Identifier(OPERATOR_GROUP)))
+                                 sql.Identifier(BRIDGE_GROUP), sql.Identifier(OPERATOR_GROUP),
+                                 sql.Identifier(GRANTS_GROUP)))
+        elif (conn.execute("SELECT pg_has_role(%s, %s, 'MEMBER')",
+                           [CONTROLLER_ROLE, GRANTS_GROUP]).fetchone() or (False,))[0] is not True:
+            # a cluster prepared before 000015: the controller's login also mints grants
+            conn.execute(sql.SQL("GRANT {} TO {}").format(sql.Identifier(GRANTS_GROUP),
+                                                          sql.Identifier(CONTROLLER_ROLE)))
         create = sql.SQL("CREATE DATABASE {} OWNER {}").format(
             sql.Identifier(database), sql.Identifier(OWNER_ROLE))
         if template:

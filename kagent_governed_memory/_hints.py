@@ -36,9 +36,10 @@ _DEFAULT_HINT: dict[ReasonCode, str] = {
     ReasonCode.SERVICE_ROLE_MISSING: "role kagent_memory_service does not exist and the "
     "migrating role may not create it: an administrator runs CREATE ROLE kagent_memory_service "
     "NOLOGIN, then migrate again",
-    ReasonCode.CALLER_ROLE_MISSING: "role kagent_memory_runtime or kagent_memory_bridge does "
-    "not exist and the migrating role may not create it: an administrator runs CREATE ROLE "
-    "kagent_memory_runtime NOLOGIN; CREATE ROLE kagent_memory_bridge NOLOGIN, then migrate again",
+    ReasonCode.CALLER_ROLE_MISSING: "role kagent_memory_runtime, kagent_memory_bridge or "
+    "kagent_memory_grants does not exist and the migrating role may not create it: an "
+    "administrator runs CREATE ROLE kagent_memory_runtime NOLOGIN; CREATE ROLE "
+    "kagent_memory_bridge NOLOGIN; CREATE ROLE kagent_memory_grants NOLOGIN, then migrate again",
     ReasonCode.SIGNAL_PRIVILEGE_MISSING: "the migrating role lacks pg_signal_backend (migration "
     "000013 ends governed logins' backends that hold a withdrawal's locks): an administrator "
     "runs GRANT pg_signal_backend TO <owner>, then migrate again",

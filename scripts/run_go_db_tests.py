@@ -56,7 +56,8 @@ SERVICE_ROLE = "kagent_memory_service"
 OPERATOR_GROUP = "kagent_memory_operator"
 RUNTIME_GROUP = "kagent_memory_runtime"
 BRIDGE_GROUP = "kagent_memory_bridge"
-GROUPS = (SERVICE_ROLE, OPERATOR_GROUP, RUNTIME_GROUP, BRIDGE_GROUP)
+GRANTS_GROUP = "kagent_memory_grants"
+GROUPS = (SERVICE_ROLE, OPERATOR_GROUP, RUNTIME_GROUP, BRIDGE_GROUP, GRANTS_GROUP)
 TEST_PREFIX = "kagent_test_"
 
 # The packages the series touches, plus the two that only host DB tests through dbtest: the
