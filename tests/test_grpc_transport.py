@@ -241,3 +241,12 @@ async def test_consent_main_cannot_express_is_refused_not_dropped(wired: Any) ->
         await bridge.grant(make_key(), purpose=PURPOSE, classification="sensitive")
     assert caught.value.reason is ReasonCode.INVALID_ARGUMENT and standin.calls == []
     await asyncio.sleep(0)
+
+
+def test_a_grant_is_bound_only_with_a_verified_assertion() -> None:
+    key = make_key()
+    with memory_request(None, grant=GRANT) as unbound:
+        assert unbound.grant is None
+    with memory_request(sign(key), public_keys=PUBLIC_KEYS, issuer=ISSUER, agent=AGENT,
+                        context_id=context_id(), grant=GRANT) as bound:
+        assert bound.grant == GRANT and GRANT not in repr(bound)
