@@ -77,7 +77,7 @@ from .repository import (
     OperatorRepository,
     RuntimeRepository,
 )
-from .request import ASSERTION_HEADER, memory_request
+from .request import ASSERTION_HEADER, GRANT_HEADER, memory_request
 from .store import EMBEDDING_DIMENSION, GovernedMemoryStore
 from .telemetry import (
     ContentFreeSpanProcessor,
@@ -118,6 +118,7 @@ __all__ = [
     "DEV_ISSUER",
     "DEV_POLICY",
     "EMBEDDING_DIMENSION",
+    "GRANT_HEADER",
     "PROTOTYPE_POLICY",
     "SERVICE_ROLE",
     "Admission",

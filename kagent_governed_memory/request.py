@@ -25,10 +25,12 @@ from .assertion import ScopeAssertion, verify_scope_assertion
 from .errors import GovernanceError, ReasonCode
 from .identity import AgentIdentity
 
-__all__ = ["ASSERTION_HEADER", "RequestBinding", "current_request", "memory_request"]
+__all__ = ["ASSERTION_HEADER", "GRANT_HEADER", "RequestBinding", "current_request", "memory_request"]
 
 # The A2A request header that carries the bridge-signed assertion to the agent runtime.
 ASSERTION_HEADER = "x-kagent-memory-scope"
+# The A2A request header that carries kagent main's per-request runtime grant to the agent.
+GRANT_HEADER = "x-kagent-memory-grant"
 
 
 @dataclass
@@ -47,6 +49,9 @@ class RequestBinding:
     # the verified token itself, for a backend that presents it again (the kagent controller
     # verifies it on every call); a bearer credential: never logged, never in repr
     token: str | None = field(default=None, repr=False)
+    # the runtime grant kagent main's controller minted for this request
+    # (``x-kagent-memory-grant``), presented on governed gRPC calls; a credential like ``token``
+    grant: str | None = field(default=None, repr=False)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False)
 
     def __repr__(self) -> str:
@@ -67,15 +72,20 @@ def memory_request(
     agent: AgentIdentity | None = None,
     room_id: str | None = None,
     now: datetime | None = None,
+    grant: str | None = None,
 ) -> Iterator[RequestBinding]:
     """Bind one request's scope: a verified ``ScopeAssertion``, a token to verify with the
     bridge's ``public_keys`` and ``issuer`` for this ``agent`` and this request's A2A
     ``context_id``, or ``None`` (memory absent).  A token that fails verification binds no
     assertion and records the content-free reason; so does a token without
     ``public_keys``/``issuer``/``agent`` (``memory_not_configured``) or without the request's
-    ``context_id`` (``context_mismatch``)."""
+    ``context_id`` (``context_mismatch``).  ``grant`` is the request's runtime grant
+    (``GRANT_HEADER``), which a gRPC controller store presents; kept only with a bound
+    assertion."""
     binding = _bind(assertion, public_keys=public_keys, issuer=issuer, context_id=context_id,
                     agent=agent, room_id=room_id, now=now)
+    if binding.assertion is not None and isinstance(grant, str) and grant:
+        binding.grant = grant
     token = _current.set(binding)
     try:
         yield binding

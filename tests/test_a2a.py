@@ -203,6 +203,18 @@ def test_the_header_name_is_case_insensitive_and_removed():
     assert _take_assertion(SimpleNamespace(call_context=None)) is None  # type: ignore[arg-type]
 
 
+def test_the_grant_header_is_taken_and_removed_too():
+    from types import SimpleNamespace
+
+    from kagent_governed_memory import GRANT_HEADER
+    from kagent_governed_memory.adk.a2a import _take_assertion
+
+    state = {"headers": {"X-Kagent-Memory-Grant": "g", "x-kagent-memory-scope": "tok"}}
+    context: Any = SimpleNamespace(call_context=SimpleNamespace(state=state))
+    assert _take_assertion(context, GRANT_HEADER) == "g"
+    assert state["headers"] == {"x-kagent-memory-scope": "tok"}
+
+
 async def test_the_docs_example_runs_as_written(tmp_path):
     script = tmp_path / "byo_a2a.py"
     script.write_text(doc_example())

@@ -120,6 +120,29 @@ async def test_kagent_mode_uri_builds_the_service_on_the_controller(tmp_path):
         await store.aclose()
 
 
+async def test_kagent_main_grpc_uri_builds_the_service_on_the_grpc_transport():
+    pytest.importorskip("grpc", reason="GRPC URI NOT RUN: the kagent-main extra is missing")
+    from kagent_governed_memory import KagentControllerStore
+    from kagent_governed_memory.adk.uri import GRPC_SCHEMES
+
+    registry = ServiceRegistry()
+    register(registry)
+    for scheme in GRPC_SCHEMES:
+        service = registry.create_memory_service(
+            f"{scheme}://kagent-controller.kagent:8084?local_server=example.org"
+            f"&agent=kagent/my-agent&embedder=hashing&span_content=ignore")
+        store = service.store
+        assert isinstance(store, KagentControllerStore)
+        assert type(store._http).__name__ == "GrpcTransport" and store._http.sends_grant
+        assert store._http._target == "kagent-controller.kagent:8084"
+        assert store._http._secure is (scheme == "kgm+grpcs")
+        await store.aclose()
+    with pytest.raises(InvalidInput) as info:  # the runtime presents a grant, never a token
+        UriGovernedMemoryService("kgm+grpc://c:8084?local_server=example.org&agent=kagent/a"
+                                 "&embedder=hashing&token_file=/t")
+    assert info.value.ids.get("field") == "token"
+
+
 @pytest.mark.parametrize("uri", [
     "kgm+http://user:secret@kagent-controller:8085?local_server=example.org&agent=kagent/a"
     "&embedder=hashing",  # no credentials in a controller URI

@@ -86,3 +86,28 @@ def test_demo_prints_no_warning_where_xdg_runtime_dir_is_unset() -> None:
                           capture_output=True, text=True, timeout=300, env=env, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stderr == "", done.stderr[-3000:]
+
+
+_WITHOUT_GRPC = """
+import sys
+sys.modules["grpc"] = None  # as if the kagent-main extra were not installed
+import kagent_governed_memory as kgm
+kgm.KagentBridgeStore("http://controller:8085", local_server="example.org", token="t")
+try:
+    kgm.KagentBridgeStore("grpc://controller:8084", local_server="example.org", token="t")
+except ModuleNotFoundError as exc:
+    print(exc)
+"""
+
+
+def test_grpc_is_an_extra_the_test_extra_pulls_and_http_mode_runs_without_it() -> None:
+    extras = PROJECT["optional-dependencies"]
+    assert {"grpcio", "protobuf", "googleapis-common-protos"} <= set(_names(extras["kagent-main"]))
+    assert "grpcio" not in _names(PROJECT["dependencies"])
+    [self_ref] = [r for r in extras["test"] if r.startswith("kagent-governed-memory[")]
+    assert "kagent-main" in re.findall(r"[\w-]+", self_ref.split("[", 1)[1])
+    assert _names(extras["test"])["grpcio-tools"] == "grpcio-tools==1.83.0"
+    done = subprocess.run([sys.executable, "-c", _WITHOUT_GRPC], capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "pip install 'kagent-governed-memory[kagent-main]'" in done.stdout

@@ -16,7 +16,10 @@ whose executor wraps every A2A request in ``memory_request(...)``:
 * the header is removed from the request's recorded headers once read, so nothing downstream
   (interceptors, session state, logs) sees the token; a request that carries it more than
   once (in any spelling) has no memory (``assertion_missing``): which one the bridge sent is
-  unknowable.
+  unknowable;
+* kagent main's per-request runtime grant (``x-kagent-memory-grant``, ``GRANT_HEADER``) is
+  taken and removed the same way and bound with the assertion, for a ``grpc://``
+  ``KagentControllerStore`` to present.
 
 Nothing here logs: refusals are logged, content-free, by the memory service.
 """
@@ -53,7 +56,7 @@ from starlette.applications import Starlette
 
 from ..errors import InvalidInput, ReasonCode
 from ..identity import AgentIdentity
-from ..request import ASSERTION_HEADER, memory_request
+from ..request import ASSERTION_HEADER, GRANT_HEADER, memory_request
 from .service import GovernedMemoryService
 from .tools import configure_governed_memory
 
@@ -87,15 +90,16 @@ class GovernedA2aAgentExecutor(A2aAgentExecutor):
 
     async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
         token = _take_assertion(context)
+        grant = _take_assertion(context, GRANT_HEADER)  # kagent main's runtime grant, if any
         with memory_request(token, public_keys=self._public_keys, issuer=self._issuer,
-                            agent=self._agent, context_id=context.context_id):
+                            agent=self._agent, context_id=context.context_id, grant=grant):
             await super().execute(context, event_queue)
 
 
-def _take_assertion(context: RequestContext) -> str | None:
-    """The request's assertion header (HTTP header names are case-insensitive), removed from
-    the headers the rest of the request sees.  Given twice (two spellings), neither binds:
-    which one the bridge sent is unknowable."""
+def _take_assertion(context: RequestContext, header: str = ASSERTION_HEADER) -> str | None:
+    """The request's assertion header (or ``header``: the runtime grant; HTTP header names are
+    case-insensitive), removed from the headers the rest of the request sees.  Given twice (two
+    spellings), neither binds: which one was meant is unknowable."""
     call = getattr(context, "call_context", None)
     state = getattr(call, "state", None)
     headers = state.get("headers") if isinstance(state, dict) else None
@@ -104,7 +108,7 @@ def _take_assertion(context: RequestContext) -> str | None:
     found: list[object] = []
     kept: dict[Any, Any] = {}
     for name, value in headers.items():
-        if str(name).lower() == ASSERTION_HEADER:
+        if str(name).lower() == header:
             found.append(value)
         else:
             kept[name] = value

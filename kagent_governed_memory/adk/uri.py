@@ -21,7 +21,9 @@ memory URL and the scheme ``kgm+http`` (or ``kgm+https``)::
 
 It builds the service on ``KagentControllerStore`` (the pod's kagent ServiceAccount token from
 ``/var/run/secrets/tokens/kagent-token``, or ``token_file=``); register the schemes the same way
-(``services.yaml``: ``scheme: kgm+http``; ``register()`` registers all three).
+(``services.yaml``: ``scheme: kgm+http``; ``register()`` registers them all).  On kagent main,
+``kgm+grpc://`` (or ``kgm+grpcs://``) reaches its gRPC ``GovernedMemoryService`` (the
+``kagent-main`` extra) with each request's runtime grant instead of a token.
 
 The URI is the application login's PostgreSQL URI with the scheme ``kgm+postgresql`` and these
 query parameters (every other parameter is passed to libpq, e.g. ``sslmode``)::
@@ -67,6 +69,9 @@ __all__ = ["KAGENT_SCHEMES", "SCHEME", "UriGovernedMemoryService", "memory_servi
 
 SCHEME = "kgm+postgresql"  # direct mode: the application's database login
 KAGENT_SCHEMES = ("kgm+http", "kgm+https")  # kagent mode: the controller's governed API
+# kagent mode on kagent main: its gRPC GovernedMemoryService (the kagent-main extra; the runtime
+# presents each request's grant, so no token_file)
+GRPC_SCHEMES = ("kgm+grpc", "kgm+grpcs")
 _OURS = {"local_server", "agent", "embedder", "embedding_url", "embedding_model", "dimension",
          "span_content", "token_file"}
 _T = TypeVar("_T")
@@ -100,12 +105,12 @@ def _parse(uri: str) -> tuple[str, dict[str, str]]:
     if not isinstance(uri, str):
         raise InvalidInput(ReasonCode.INVALID_ARGUMENT, field="memory_service_uri")
     parts = urlsplit(uri)
-    if parts.scheme != SCHEME and parts.scheme not in KAGENT_SCHEMES:
+    if parts.scheme != SCHEME and parts.scheme not in (*KAGENT_SCHEMES, *GRPC_SCHEMES):
         raise InvalidInput(ReasonCode.INVALID_ARGUMENT, field="memory_service_uri")
     pairs = parse_qsl(parts.query, keep_blank_values=True)
     ours = {k: v for k, v in pairs if k in _OURS}
     libpq = [(k, v) for k, v in pairs if k not in _OURS]
-    if parts.scheme in KAGENT_SCHEMES:
+    if parts.scheme in (*KAGENT_SCHEMES, *GRPC_SCHEMES):
         if libpq or not parts.netloc or "@" in parts.netloc:  # nothing else, no credentials
             raise InvalidInput(ReasonCode.INVALID_ARGUMENT, field="memory_service_uri")
         return f"{parts.scheme.removeprefix('kgm+')}://{parts.netloc}{parts.path}", ours
@@ -162,7 +167,7 @@ class UriGovernedMemoryService(GovernedMemoryService):
                                  "embedding_dimension": embedder.dimension})
         agent = _agent(options.get("agent"))
         store: GovernedMemoryStore | KagentControllerStore
-        if dsn.startswith(("http://", "https://")):
+        if dsn.startswith(("http://", "https://", "grpc://", "grpcs://")):
             store = KagentControllerStore(dsn, agent=agent, local_server=local_server,
                                           policy=policy, token_file=options.get("token_file"))
         else:
@@ -184,5 +189,5 @@ def register(registry: Any = None) -> None:
         from google.adk.cli.service_registry import get_service_registry
 
         registry = get_service_registry()
-    for scheme in (SCHEME, *KAGENT_SCHEMES):
+    for scheme in (SCHEME, *KAGENT_SCHEMES, *GRPC_SCHEMES):
         registry.register_memory_service(scheme, memory_service_from_uri)

@@ -9,13 +9,21 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from .. import _validate
-from ..errors import GovernanceError, ReasonCode
+from ..errors import GovernanceError, InvalidInput, ReasonCode, error_for_reason
 from ..identity import ScopeKey
 from ..models import ForgetReceipt
 
 _FRACTION = re.compile(r"(\.\d{6})\d+")
 _R = TypeVar("_R", bound=ForgetReceipt)
 _T = TypeVar("_T")
+# the answers a transport may repeat for an idempotent operation (HTTP statuses)
+RETRY_STATUS = frozenset({502, 503, 504})
+# A gRPC status as the HTTP status the v0.9.x listener answers for the same refusal, so that a
+# code without a class of its own falls back to the same error over either transport.
+GRPC_AS_HTTP = {"INVALID_ARGUMENT": 400, "OUT_OF_RANGE": 400, "UNAUTHENTICATED": 401,
+                "PERMISSION_DENIED": 403, "NOT_FOUND": 404, "ALREADY_EXISTS": 409,
+                "ABORTED": 409, "FAILED_PRECONDITION": 409, "RESOURCE_EXHAUSTED": 429,
+                "UNIMPLEMENTED": 501, "UNAVAILABLE": 503, "DEADLINE_EXCEEDED": 504}
 
 
 def scope_body(key: ScopeKey) -> dict[str, Any]:
@@ -74,3 +82,18 @@ def _reason(value: object) -> ReasonCode | None:
 
 def _malformed() -> GovernanceError:
     return GovernanceError(ReasonCode.CONTROLLER_ERROR)
+
+
+def error_for(status: int, code: object, operation: str) -> GovernanceError:
+    """The error for an API answer: its reason code if it is one of ours, else by status."""
+    reason = ReasonCode._value2member_map_.get(code) if isinstance(code, str) else None
+    if not isinstance(reason, ReasonCode):
+        if status in (401, 403):
+            reason = ReasonCode.UNAUTHENTICATED if status == 401 else ReasonCode.FORBIDDEN
+        elif status >= 500 or status == 429:
+            reason = ReasonCode.STORE_UNAVAILABLE if status in RETRY_STATUS \
+                else ReasonCode.CONTROLLER_ERROR
+        else:
+            reason = ReasonCode.CONTROLLER_ERROR
+    return error_for_reason(reason, InvalidInput if 400 <= status < 500 else GovernanceError,
+                            operation=operation, status=status)

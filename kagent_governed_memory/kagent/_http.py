@@ -31,13 +31,9 @@ from typing import Any
 
 import httpx
 
-from ..errors import (
-    GovernanceError,
-    InvalidInput,
-    ReasonCode,
-    StoreUnavailable,
-    error_for_reason,
-)
+from ..errors import GovernanceError, InvalidInput, ReasonCode, StoreUnavailable
+from ._answers import RETRY_STATUS as _RETRY_STATUS
+from ._answers import error_for
 
 __all__ = ["BASE_PATH", "DEFAULT_DEADLINE", "DEFAULT_TIMEOUT", "GOVERNED_MEMORY_TOKEN_FILE_ENV",
            "GOVERNED_MEMORY_TOKEN_PATH", "KAGENT_TOKEN_PATH",
@@ -59,23 +55,7 @@ DEFAULT_DEADLINE = 15.0  # seconds for a whole call, retries included
 # The largest legitimate answer is a batched search: 8 x 50 records of at most a few KiB each.
 MAX_ANSWER_BYTES = 4 * 1024 * 1024
 _ATTEMPTS = 3
-_RETRY_STATUS = frozenset({502, 503, 504})
 _MAX_TOKEN_BYTES = 16384
-
-def error_for(status: int, code: object, operation: str) -> GovernanceError:
-    """The error for an API answer: its reason code if it is one of ours, else by status."""
-    reason = ReasonCode._value2member_map_.get(code) if isinstance(code, str) else None
-    if not isinstance(reason, ReasonCode):
-        if status in (401, 403):
-            reason = ReasonCode.UNAUTHENTICATED if status == 401 else ReasonCode.FORBIDDEN
-        elif status >= 500 or status == 429:
-            reason = ReasonCode.STORE_UNAVAILABLE if status in _RETRY_STATUS \
-                else ReasonCode.CONTROLLER_ERROR
-        else:
-            reason = ReasonCode.CONTROLLER_ERROR
-    return error_for_reason(reason, InvalidInput if 400 <= status < 500 else GovernanceError,
-                            operation=operation, status=status)
-
 
 def default_token_file() -> str:
     """The governed memory token file: ``$KAGENT_MEMORY_TOKEN_FILE``, else the governed mount."""
@@ -139,6 +119,8 @@ class Transport:
 
     A client passed in is used as given, except that redirects are never followed; it must not
     take proxies from the environment (``trust_env=False``): they would see every fact."""
+
+    sends_grant = False  # the v0.9.x listener authenticates the runtime by its token
 
     def __init__(self, url: str, *, tokens: TokenSource, headers: Mapping[str, str] | None = None,
                  timeout: httpx.Timeout | float = DEFAULT_TIMEOUT,
@@ -268,3 +250,22 @@ def _decode(status: int, raw: bytes, operation: str) -> dict[str, Any]:
     code = data.get("error") if isinstance(data, dict) else None
     # a 2xx carrying an error, or no object at all, is not an answer we know how to trust
     raise error_for(status, code, operation)
+
+
+def grpc_transport(url: str, *, runtime: bool, token: object, token_file: object,
+                    timeout: httpx.Timeout | float, deadline: float, client: object) -> Any:
+    """kagent main's gRPC transport (the ``kagent-main`` extra).  The runtime presents the
+    request's grant, never a token: a token given to it is refused, not ignored."""
+    if client is not None:
+        raise InvalidInput(ReasonCode.INVALID_ARGUMENT, field="http_client")
+    if runtime and (token is not None or token_file is not None):
+        raise InvalidInput(ReasonCode.INVALID_ARGUMENT, field="token")
+    try:
+        from ._grpc import GrpcTransport
+    except ImportError:
+        raise ModuleNotFoundError(
+            "grpc:// and grpcs:// controller URLs need the kagent-main extra: "
+            "pip install 'kagent-governed-memory[kagent-main]'") from None
+    tokens = None if runtime else TokenSource(token, token_file)  # type: ignore[arg-type]
+    return GrpcTransport(url, tokens=tokens, runtime=runtime, timeout=timeout,
+                         deadline=deadline)

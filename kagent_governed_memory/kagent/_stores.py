@@ -22,7 +22,14 @@ from ._answers import (
     _time,
     scope_body,
 )
-from ._http import DEFAULT_DEADLINE, DEFAULT_TIMEOUT, KAGENT_TOKEN_PATH, TokenSource, Transport
+from ._http import (
+    DEFAULT_DEADLINE,
+    DEFAULT_TIMEOUT,
+    KAGENT_TOKEN_PATH,
+    TokenSource,
+    Transport,
+    grpc_transport,
+)
 from .._validate import (
     _check_limit,
     _check_local_server,
@@ -46,7 +53,7 @@ from ..models import (
     ScopeStatus,
 )
 from ..policy import PROTOTYPE_POLICY, MemoryPolicy
-from ..request import ASSERTION_HEADER, current_request
+from ..request import ASSERTION_HEADER, GRANT_HEADER, current_request
 
 __all__ = ["KAGENT_TOKEN_PATH", "KagentBridgeStore", "KagentControllerStore"]
 
@@ -61,14 +68,20 @@ class _Client:
     def __init__(self, url: str, *, local_server: str, policy: MemoryPolicy,
                  token: str | Callable[[], str] | None, token_file: str | Path | None,
                  headers: Mapping[str, str], timeout: httpx.Timeout | float,
-                 deadline: float, client: httpx.AsyncClient | None) -> None:
+                 deadline: float, client: httpx.AsyncClient | None, runtime: bool) -> None:
         _check_local_server(local_server)
         if not isinstance(policy, MemoryPolicy):
             raise InvalidInput(ReasonCode.INVALID_POLICY)
         self._local_server = local_server
         self._policy = policy
-        self._http = Transport(url, tokens=TokenSource(token, token_file), headers=headers,
-                               timeout=timeout, deadline=deadline, client=client)
+        self._http: Transport | Any
+        if isinstance(url, str) and url.startswith(("grpc://", "grpcs://")):
+            self._http = grpc_transport(url, runtime=runtime, token=token,
+                                        token_file=token_file, timeout=timeout,
+                                        deadline=deadline, client=client)
+        else:
+            self._http = Transport(url, tokens=TokenSource(token, token_file), headers=headers,
+                                   timeout=timeout, deadline=deadline, client=client)
 
     @property
     def policy(self) -> MemoryPolicy:
@@ -135,7 +148,7 @@ class KagentControllerStore(_Client):
         self.agent = agent
         super().__init__(url, local_server=local_server, policy=policy, token=token,
                          token_file=token_file, headers={"X-Agent-Name": agent.app_name},
-                         timeout=timeout, deadline=deadline, client=client)
+                         timeout=timeout, deadline=deadline, client=client, runtime=True)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **kw: Any
@@ -258,9 +271,13 @@ class KagentControllerStore(_Client):
             raise ScopeDenied(ReasonCode.ASSERTION_MISSING, operation=route)
         if binding.assertion.key != key:
             raise ScopeDenied(ReasonCode.SCOPE_MISMATCH, operation=route)
+        headers = {ASSERTION_HEADER: binding.token}
+        if self._http.sends_grant:  # kagent main: the request's grant is the credential
+            headers[GRANT_HEADER] = binding.grant or ""
+            if route == "forget" and binding.generation is not None:
+                body = {**body, "generation": binding.generation}
         return await self._http.post(route, {"scope": scope_body(key), **body},
-                                     operation=route, idempotent=idempotent,
-                                     headers={ASSERTION_HEADER: binding.token})
+                                     operation=route, idempotent=idempotent, headers=headers)
 
 
 def _captured(data: dict[str, Any]) -> int | None:
@@ -286,7 +303,7 @@ class KagentBridgeStore(_Client):
                  client: httpx.AsyncClient | None = None) -> None:
         super().__init__(url, local_server=local_server, policy=policy, token=token,
                          token_file=token_file, headers={}, timeout=timeout, deadline=deadline,
-                         client=client)
+                         client=client, runtime=False)
 
     def __repr__(self) -> str:
         return "KagentBridgeStore()"
