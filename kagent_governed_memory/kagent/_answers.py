@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import logging
 import re
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, TypeVar
@@ -97,3 +99,24 @@ def error_for(status: int, code: object, operation: str) -> GovernanceError:
             reason = ReasonCode.CONTROLLER_ERROR
     return error_for_reason(reason, InvalidInput if 400 <= status < 500 else GovernanceError,
                             operation=operation, status=status)
+
+
+_log = logging.getLogger("kagent_governed_memory.controller")
+
+
+def settle(result: _T | None, failed: GovernanceError | None, *, operation: str,
+           started: float) -> _T:
+    """The end of one controller call, whatever the transport: a failure is raised without
+    its chain (a transport's exceptions carry the request) and logged by its reason, status
+    and duration; an answer is logged by its duration.  ``started`` is a ``perf_counter``."""
+    ms = (time.perf_counter() - started) * 1000
+    if failed is not None:
+        failed.__context__ = failed.__cause__ = None
+        log = _log.info if 400 <= int(failed.ids.get("status", "0") or 0) < 500 \
+            else _log.warning
+        log("controller call failed operation=%s reason=%s status=%s ms=%.1f", operation,
+            failed.reason.value, failed.ids.get("status", "-"), ms)
+        raise failed
+    assert result is not None
+    _log.debug("controller call operation=%s ms=%.1f", operation, ms)
+    return result

@@ -39,7 +39,7 @@ from google.rpc import error_details_pb2, status_pb2
 from ..errors import AdmissionDenied, GovernanceError, InvalidInput, ReasonCode, StoreUnavailable
 from ..request import ASSERTION_HEADER, GRANT_HEADER
 from . import _grpc_codec as codec
-from ._answers import GRPC_AS_HTTP, _parsed, error_for
+from ._answers import GRPC_AS_HTTP, _parsed, error_for, settle
 from ._http import DEFAULT_DEADLINE, DEFAULT_TIMEOUT, MAX_ANSWER_BYTES, TokenSource
 from ._proto import governed_memory_pb2_grpc as stubs
 
@@ -162,20 +162,10 @@ class GrpcTransport:
                 failed = StoreUnavailable(ReasonCode.STORE_UNAVAILABLE, operation=operation,
                                           field="controller")
         del message, metadata
-        ms = (time.perf_counter() - started) * 1000
         if failed is None and result is not None and result.get("admitted") is False \
                 and route == "admit":  # an answer that admitted nothing is a refusal
             failed = AdmissionDenied(ReasonCode.ADMISSION_DENIED, operation=operation)
-        if failed is not None:
-            failed.__context__ = failed.__cause__ = None
-            log = _log.info if 400 <= int(failed.ids.get("status", "0") or 0) < 500 \
-                else _log.warning
-            log("controller call failed operation=%s reason=%s status=%s ms=%.1f", operation,
-                failed.reason.value, failed.ids.get("status", "-"), ms)
-            raise failed
-        assert result is not None
-        _log.debug("controller call operation=%s ms=%.1f", operation, ms)
-        return result
+        return settle(result, failed, operation=operation, started=started)
 
     async def _attempts(self, method: str, message: Any, metadata: tuple[tuple[str, str], ...],
                         operation: str, idempotent: bool) -> Any:

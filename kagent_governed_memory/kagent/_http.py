@@ -33,7 +33,7 @@ import httpx
 
 from ..errors import GovernanceError, InvalidInput, ReasonCode, StoreUnavailable
 from ._answers import RETRY_STATUS as _RETRY_STATUS
-from ._answers import error_for
+from ._answers import error_for, settle
 
 __all__ = ["BASE_PATH", "DEFAULT_DEADLINE", "DEFAULT_TIMEOUT", "GOVERNED_MEMORY_TOKEN_FILE_ENV",
            "GOVERNED_MEMORY_TOKEN_PATH", "KAGENT_TOKEN_PATH",
@@ -174,17 +174,7 @@ class Transport:
                 failed = StoreUnavailable(ReasonCode.STORE_UNAVAILABLE, operation=operation,
                                           field="controller")
         del sent, content
-        ms = (time.perf_counter() - started) * 1000
-        if failed is not None:
-            failed.__context__ = failed.__cause__ = None
-            log = _log.info if 400 <= int(failed.ids.get("status", "0") or 0) < 500 \
-                else _log.warning
-            log("controller call failed operation=%s reason=%s status=%s ms=%.1f", operation,
-                failed.reason.value, failed.ids.get("status", "-"), ms)
-            raise failed
-        assert result is not None
-        _log.debug("controller call operation=%s ms=%.1f", operation, ms)
-        return result
+        return settle(result, failed, operation=operation, started=started)
 
     async def _attempts(self, route: str, sent: dict[str, str], content: bytes, operation: str,
                         idempotent: bool) -> dict[str, Any]:
