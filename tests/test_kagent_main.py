@@ -225,3 +225,4 @@ def test_the_python_pr_passes_ruff_and_kagent_adk_tests_in_mains_lock() -> None:
     assert "PASS    python" in out, out
     # 0020 (governed memory in kagent-adk) is checked on its prerequisite 0010's generated stubs
     assert re.search(r"PASS    python .* 0020-\S+ on 0010: ruff", out), out
+    assert re.search(r"PASS    python .* 0021-\S+ on 0010\+0020: ruff", out), out
