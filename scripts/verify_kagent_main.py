@@ -4,7 +4,8 @@
 The series is a set of small pull requests, each standalone against the snapshot named in
 ``patches/kagent-main/BASE``.  Steps (each prints PASS, FAIL or NOT RUN with the reason):
 
-* ``apply``: every patch applies alone on BASE (``git am``), and all apply in order;
+* ``apply``: every patch applies alone on BASE (``git am``) -- a stacked PR, one that names
+  prerequisites (``prerequisite-patch-id``), on exactly those -- and all apply in order;
 * ``go``: for every patch that touches ``go/``, on BASE + that patch alone, or on the Go
   patches it names as prerequisites (``prerequisite-patch-id``) when it has any, checking its
   own commit only (one tree path, reset between PRs, so the build cache carries over):
@@ -154,8 +155,17 @@ def step_apply(rep: Report, src: Path, work: Path, base: str) -> None:
         tree = work / "alone"
         fresh_tree(src, tree, base)
         code, out, secs = apply(tree, [patch])
+        before = prerequisites(patch)
+        if code == 0 or not before:
+            rep.line("PASS" if code == 0 else "FAIL", "apply",
+                     f"{patch.name} alone on {base[:9]}", secs, out)
+            continue
+        # a stacked PR (it changes what a prerequisite adds) applies on exactly its prerequisites
+        fresh_tree(src, tree, base)
+        code, out, secs = apply(tree, [*before, patch])
+        on = "+".join(p.name[:4] for p in before)
         rep.line("PASS" if code == 0 else "FAIL", "apply",
-                 f"{patch.name} alone on {base[:9]}", secs, out)
+                 f"{patch.name} on its prerequisites {on} on {base[:9]}", secs, out)
     tree = work / "series"
     fresh_tree(src, tree, base)
     code, out, secs = apply(tree, patches())
