@@ -235,11 +235,7 @@ class MainControllerProcess:
         """The GovernedMemoryService methods the controller completed, in order (its log)."""
         import re
 
-        return re.findall(r"GovernedMemoryService/(\w+)\".*RPC completed|RPC completed.*"
-                          r"GovernedMemoryService/(\w+)", self.log.read_text()) and [
-            a or b for a, b in re.findall(
-                r"RPC completed.*?GovernedMemoryService/(\w+)|GovernedMemoryService/(\w+)"
-                r"[^\n]*RPC completed", self.log.read_text())]
+        return re.findall(r"RPC completed.*?GovernedMemoryService/(\w+)", self.log.read_text())
 
 
 @contextlib.contextmanager
