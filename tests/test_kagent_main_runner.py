@@ -21,6 +21,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import go_controller_main
+import grpc
+import grpc.aio
 
 import pytest
 from adk_support import AGENT, BRIDGE_KEY, ISSUER, PUBLIC_KEYS, build, context_id, save_plan, sign
@@ -202,3 +204,31 @@ async def test_no_sentinel_or_grant_reaches_the_logs_on_main(main: Main) -> None
             *BRIDGE_SERVICE_ACCOUNT) not in text, sink
 
 
+
+
+@pytest.mark.xfail(strict=True, raises=grpc.aio.AioRpcError,
+                   reason="main's GovernedMemoryService/Generation is Unimplemented in 0016 "
+                          "(UnimplementedGovernedMemoryServiceServer); the library's bridge "
+                          "reads a generation through Status meanwhile.  Lands with 0013/0016's "
+                          "Generation handler (wire18): then remove this mark")
+async def test_the_bridge_reads_a_generation_through_mains_generation_rpc(main: Main) -> None:
+    from kagent_governed_memory.kagent._proto import governed_memory_pb2 as pb
+    from kagent_governed_memory.kagent._proto import governed_memory_pb2_grpc as stubs
+
+    key = make_key()
+    consent = await main.bridge.grant(key, purpose=PURPOSE)
+    scope = pb.MemoryScope(principal=pb.MemoryPrincipal(issuer=key.principal.issuer,
+                                                        subject=key.principal.subject),
+                           agent_namespace=key.agent.namespace, agent_name=key.agent.name,
+                           kind=key.scope.kind.value, context_id=key.scope.room_id)
+    bearer = (("authorization", f"Bearer {service_account_token(*BRIDGE_SERVICE_ACCOUNT)}"),)
+    async with grpc.aio.insecure_channel(main.process.url.removeprefix("grpc://")) as channel:
+        stub = stubs.GovernedMemoryServiceStub(channel)  # type: ignore[no-untyped-call]
+        try:
+            got = await stub.Generation(pb.GovernedMemoryServiceGenerationRequest(scope=scope),
+                                        metadata=bearer, timeout=30)
+        except grpc.aio.AioRpcError as exc:  # the expected failure is UNIMPLEMENTED alone
+            if exc.code() is not grpc.StatusCode.UNIMPLEMENTED:
+                pytest.fail(f"Generation answered {exc.code().name}, not UNIMPLEMENTED")
+            raise
+    assert got.generation == consent.generation
