@@ -4,7 +4,9 @@
 and the governed Go patches 0010-0019 with ``git am`` (0017's grant store included once it is in
 the series), copies the verification overlay ``tests/go_overlay_main/*_test.go`` (never part of
 the series) into ``go/core/internal/grpcserver`` and compiles that package's test binary with
-``go test -c``.  Package grpcserver imports substrate, which no module proxy here serves, so the
+``go test -c``.  The runtime grants are verified by 0017's ``memorygrant.Store`` when the
+series has it, else by the overlay's stand-in over ``memory_grant_resolve`` (one of the two
+``governed_memory_main_grants_*_test.go`` is copied; the server logs which).  Package grpcserver imports substrate, which no module proxy here serves, so the
 build uses the COMPILE STAND-IN and substitute go.mod of ``scripts/kagent_main_inplace.py``
 (``kagent_main_substrate.py`` from an agent-substrate source, ``$KGM_SUBSTRATE_SRC``, default this
 workplace's mirror; ``kagent_main_modfile.py``) with ``GOTOOLCHAIN`` (default go1.27.3).  The
@@ -19,8 +21,7 @@ migration runner migrated the database as its owner.  Bridge and operator caller
 fixed test tokens of ``go_controller.service_account_token`` (a fake TokenReviewer maps them to
 ServiceAccounts: ``BRIDGE_SERVICE_ACCOUNT`` is a bridge, ``OPERATOR_SERVICE_ACCOUNT`` an
 operator); runtime callers the grant ``mint_grant`` stored through the grants login
-(``memory_grant_mint``: the A2A transport's part), resolved by the overlay's DB verifier (to be
-replaced by 0017's ``memorygrant.Store``).  Missing Go, kagent source or substrate source raises
+(``memory_grant_mint``: the A2A transport's part), resolved as said above.  Missing Go, kagent source or substrate source raises
 ``go_controller.Unavailable``, which the tests report as NOT RUN.
 """
 
@@ -46,8 +47,14 @@ from go_controller import BRIDGE_SERVICE_ACCOUNT, Unavailable, _cache_root, _run
     kagent_source
 
 REPO = Path(__file__).resolve().parent.parent
-SERIES = REPO / "patches" / "kagent-main"
-OVERLAYS = tuple(sorted((REPO / "tests" / "go_overlay_main").glob("*_test.go")))
+# $KGM_KAGENT_MAIN_SERIES: another directory of the series (e.g. a helper's patches before merge)
+SERIES = Path(os.environ.get("KGM_KAGENT_MAIN_SERIES") or REPO / "patches" / "kagent-main")
+OVERLAY_DIR = REPO / "tests" / "go_overlay_main"
+SERVER_OVERLAY = OVERLAY_DIR / "governed_memory_main_testserver_test.go"
+# exactly one of these two: 0017's memorygrant.Store once the series has it, else the stand-in
+GRANTS_STORE_OVERLAY = OVERLAY_DIR / "governed_memory_main_grants_store_test.go"
+GRANTS_STANDIN_OVERLAY = OVERLAY_DIR / "governed_memory_main_grants_db_test.go"
+GRANT_STORE_FILE = "go/core/internal/memorygrant/store.go"
 SCRIPTS = (REPO / "scripts" / "kagent_main_substrate.py", REPO / "scripts" / "kagent_main_modfile.py")
 SUBSTRATE_MIRROR = Path("/work/.mirror/agent-substrate+substrate/repo")
 TOOLCHAIN = "go1.27.3"
@@ -66,6 +73,16 @@ def go_patches() -> list[Path]:
     if len(found) < 2:
         raise Unavailable(f"no kagent-main Go patches in {SERIES}")
     return found
+
+
+def has_grant_store(patches: list[Path]) -> bool:
+    """Whether the series adds 0017's ``memorygrant`` store."""
+    return any(f"+++ b/{GRANT_STORE_FILE}\n" in p.read_text() for p in patches)
+
+
+def overlays(patches: list[Path]) -> list[Path]:
+    grants = GRANTS_STORE_OVERLAY if has_grant_store(patches) else GRANTS_STANDIN_OVERLAY
+    return [SERVER_OVERLAY, grants]
 
 
 def substrate_source() -> Path:
@@ -105,7 +122,8 @@ def build() -> tuple[Path, bool, float]:
         raise Unavailable(f"{env['GOTOOLCHAIN']} cannot be had: {version.stderr.strip()[-300:]}")
     h = hashlib.sha256(b"kagent-main\0" + version.stdout.strip().encode()
                        + b"\0" + str(standin).encode() + b"\0" + base_commit().encode())
-    for path in [*go_patches(), *OVERLAYS, *SCRIPTS]:
+    patches = go_patches()
+    for path in [*patches, *overlays(patches), *SCRIPTS]:
         h.update(path.name.encode() + b"\0" + path.read_bytes())
     root = _cache_root()
     root.mkdir(parents=True, exist_ok=True)
@@ -121,8 +139,8 @@ def build() -> tuple[Path, bool, float]:
             _run(["git", "clone", "-q", "--no-checkout", str(src), str(tree)], work)
             _run(["git", "checkout", "-q", base_commit()], tree)
             _run(["git", "-c", "user.name=verify", "-c", "user.email=verify@localhost", "am",
-                  "-q", *map(str, go_patches())], tree)
-            for overlay in OVERLAYS:
+                  "-q", *map(str, patches)], tree)
+            for overlay in overlays(patches):
                 shutil.copy(overlay, tree / "go" / "core" / "internal" / "grpcserver"
                             / overlay.name)
             _run([sys.executable, str(SCRIPTS[1]), "--tree", str(tree), "--out",

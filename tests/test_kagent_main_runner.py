@@ -232,3 +232,13 @@ async def test_the_bridge_reads_a_generation_through_mains_generation_rpc(main: 
                 pytest.fail(f"Generation answered {exc.code().name}, not UNIMPLEMENTED")
             raise
     assert got.generation == consent.generation
+
+
+async def test_runtime_grants_are_verified_by_the_series_store_when_it_has_one(main: Main) -> None:
+    """0017's ``memorygrant.Store`` verifies the grants once the series holds it; until then the
+    overlay's stand-in over ``memory_grant_resolve`` does, and the server's log says which."""
+    log = main.process.log.read_text()
+    if go_controller_main.has_grant_store(go_controller_main.go_patches()):
+        assert "runtime grants verified by memorygrant.Store (0017)" in log
+    else:
+        assert "runtime grants verified by memory_grant_resolve stand-in" in log

@@ -1,4 +1,4 @@
-package grpcserver
+package grpcserver_test
 
 // A verification overlay of kagent_governed_memory (tests/go_overlay_main), never part of the
 // patch series: tests/go_controller_main.py copies it into a kagent main tree holding the Go
@@ -11,21 +11,21 @@ package grpcserver
 // Credentials: bridge and operator callers present a bearer that testTokenReviewer maps to a
 // ServiceAccount (the fixed test tokens of go_controller.py); runtime callers present the grant
 // the harness minted through the grants login (memory_grant_mint, the A2A transport's part),
-// resolved by dbGrants.
+// resolved by mainGrantVerifier: 0017's memorygrant.Store when the series has it
+// (governed_memory_main_grants_store_test.go), else a stand-in over memory_grant_resolve
+// (governed_memory_main_grants_db_test.go); the harness copies exactly one of the two.
+// An external test package: memorygrant imports grpcserver.
 
 import (
 	"context"
-	"crypto/sha256"
-	"errors"
 	"io"
 	"net"
 	"os"
 	"strings"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	dbimpl "github.com/kagent-dev/kagent/go/core/internal/database"
+	"github.com/kagent-dev/kagent/go/core/internal/grpcserver"
 	"github.com/kagent-dev/kagent/go/core/internal/memoryscope"
 	"github.com/kagent-dev/kagent/go/core/pkg/migrations"
 	"github.com/prometheus/client_golang/prometheus"
@@ -46,7 +46,7 @@ const (
 type testTokenReviewer struct{}
 
 func (testTokenReviewer) ReviewToken(_ context.Context, token string, _ []string) (*authenticationv1.TokenReviewStatus, error) {
-	audience, rest := GovernedAudience, ""
+	audience, rest := grpcserver.GovernedAudience, ""
 	if after, ok := strings.CutPrefix(token, mainTestTokenPrefix); ok {
 		rest = after
 	} else if after, ok := strings.CutPrefix(token, mainTestAudiencePrefix); ok {
@@ -60,30 +60,8 @@ func (testTokenReviewer) ReviewToken(_ context.Context, token string, _ []string
 	}
 	return &authenticationv1.TokenReviewStatus{
 		Authenticated: true, Audiences: []string{audience},
-		User: authenticationv1.UserInfo{Username: serviceAccountPrefix + namespace + ":" + name},
+		User: authenticationv1.UserInfo{Username: "system:serviceaccount:" + namespace + ":" + name},
 	}, nil
-}
-
-// dbGrants resolves runtime grants through governed_memory.memory_grant_resolve.
-// TO BE REPLACED by patch 0017's memorygrant.Store once it is in the series.
-type dbGrants struct{ pool *pgxpool.Pool }
-
-func (g dbGrants) VerifyGrant(ctx context.Context, hash [sha256.Size]byte) (*RuntimeGrant, error) {
-	var namespace, name, actor string
-	var assertion []byte
-	err := g.pool.QueryRow(ctx, "SELECT agent_namespace, agent_name, actor_id, assertion_hash"+
-		" FROM governed_memory.memory_grant_resolve($1)", hash[:]).Scan(&namespace, &name, &actor, &assertion)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	grant := &RuntimeGrant{Agent: types.NamespacedName{Namespace: namespace, Name: name}, ActorID: actor}
-	if copy(grant.AssertionHash[:], assertion) != sha256.Size {
-		return nil, errors.New("malformed grant binding")
-	}
-	return grant, nil
 }
 
 func mainAccounts(value string) []types.NamespacedName {
@@ -135,16 +113,17 @@ func TestGovernedMemoryMainTestServer(t *testing.T) {
 	if err != nil {
 		t.Fatalf("listen: %v", err)
 	}
-	server, err := New(Config{
+	server, err := grpcserver.New(grpcserver.Config{
 		Listener: listener, Registerer: prometheus.NewRegistry(),
-		GovernedMemory: &GovernedMemoryServer{Store: store, Verifier: verifier, LocalServer: local},
-		GovernedAuth: &GovernedAuth{Grants: dbGrants{pool: pool}, Reviewer: testTokenReviewer{},
+		GovernedMemory: &grpcserver.GovernedMemoryServer{Store: store, Verifier: verifier, LocalServer: local},
+		GovernedAuth: &grpcserver.GovernedAuth{Grants: mainGrantVerifier(pool), Reviewer: testTokenReviewer{},
 			Bridges:   mainAccounts(os.Getenv("KGM_MAIN_BRIDGES")),
 			Operators: mainAccounts(os.Getenv("KGM_MAIN_OPERATORS"))},
 	})
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
+	t.Logf("runtime grants verified by %s", mainGrantVerifierKind)
 	serveCtx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- server.Start(serveCtx) }()
