@@ -43,8 +43,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
-from go_controller import BRIDGE_SERVICE_ACCOUNT, Unavailable, _cache_root, _run, go_binary, \
-    kagent_source
+from go_controller import (
+    BRIDGE_SERVICE_ACCOUNT,
+    Unavailable,
+    _cache_root,
+    _run,
+    go_binary,
+    kagent_source,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 # $KGM_KAGENT_MAIN_SERIES: another directory of the series (e.g. a helper's patches before merge)

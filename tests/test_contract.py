@@ -13,6 +13,12 @@ HTTP server, that an unauthenticated caller, another agent and an agent on a bri
 refused with the right status and ``{"error": ...}`` body and change nothing in the database,
 and that ``/search`` with ``vectors`` answers each query vector as a single search does.
 
+The ``kagent-main`` backend runs the same scenarios through the library's clients over gRPC
+against kagent MAIN's controller compiled from ``patches/kagent-main/``
+(``go_controller_main.py``; main migrates its own schema, ``governed_memory``, which the
+database checks read), each runtime call presenting a grant minted for its request through the
+grants login.
+
 Without Go or kagent's source the controller runs are reported as NOT RUN (skipped, with the
 reason in pytest's summary); the library runs always run.  The scenarios use fresh keys, so the
 controller serves one database for the whole module.
@@ -26,6 +32,7 @@ import uuid
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
+import go_controller_main
 import httpx
 import psycopg
 import pytest
@@ -47,8 +54,6 @@ from go_controller import (
     service_account_token,
 )
 from psycopg.conninfo import make_conninfo
-
-import go_controller_main
 
 from kagent_governed_memory import (
     AgentIdentity,
