@@ -242,3 +242,56 @@ async def test_runtime_grants_are_verified_by_the_series_store_when_it_has_one(m
         assert "runtime grants verified by memorygrant.Store (0017)" in log
     else:
         assert "runtime grants verified by memory_grant_resolve stand-in" in log
+
+
+def _state(db: Db) -> dict[str, int]:
+    return {t: int(db.scalar(f"SELECT count(*) FROM {t}")) for t in (
+        "memory_scope", "memory_entry", "memory_audit", "memory_assertion_use",
+        "memory_runtime_grant")}
+
+
+async def test_mains_governed_auth_refuses_the_wrong_caller_and_changes_nothing(
+        main: Main) -> None:
+    """0015 on the compiled server: no credential, a grant and a bearer together, the bridge's
+    bearer on a runtime RPC, an agent's token on a bridge RPC and the bridge on the operator's
+    Offboard are UNAUTHENTICATED; another Agent's grant is agent_mismatch.  Nothing changes."""
+    from kagent_governed_memory.kagent._proto import governed_memory_pb2 as pb
+    from kagent_governed_memory.kagent._proto import governed_memory_pb2_grpc as stubs
+
+    key = make_key()
+    await main.bridge.grant(key, purpose=PURPOSE)
+    token = sign(key)
+    mine = main.mint(token)
+    before = _state(main.db)
+    scope = pb.MemoryScope(principal=pb.MemoryPrincipal(issuer=key.principal.issuer,
+                                                        subject=key.principal.subject),
+                           agent_namespace=key.agent.namespace, agent_name=key.agent.name,
+                           kind=key.scope.kind.value, context_id=key.scope.room_id)
+    bridge = ("authorization", f"Bearer {service_account_token(*BRIDGE_SERVICE_ACCOUNT)}")
+    agent = ("authorization", f"Bearer {service_account_token(AGENT.namespace, AGENT.name)}")
+    redeem = pb.GovernedMemoryServiceRedeemRequest(scope=scope, scope_assertion=token)
+    cases: list[tuple[str, Any, tuple[tuple[str, str], ...]]] = [
+        ("Redeem", redeem, ()),
+        ("Redeem", redeem, (("x-kagent-memory-grant", mine), bridge)),
+        ("Redeem", redeem, (bridge,)),
+        ("GrantConsent", pb.GovernedMemoryServiceGrantConsentRequest(scope=scope,
+                                                                     purpose=PURPOSE), (agent,)),
+        ("Offboard", pb.GovernedMemoryServiceOffboardRequest(principal=scope.principal),
+         (bridge,)),
+    ]
+    async with grpc.aio.insecure_channel(main.process.url.removeprefix("grpc://")) as channel:
+        stub = stubs.GovernedMemoryServiceStub(channel)  # type: ignore[no-untyped-call]
+        for i, (method, request, metadata) in enumerate(cases):
+            with pytest.raises(grpc.aio.AioRpcError) as info:
+                await getattr(stub, method)(request, metadata=metadata, timeout=30)
+            assert info.value.code() is grpc.StatusCode.UNAUTHENTICATED, (i, method)
+    other = go_controller_main.mint_grant(main.grants_dsn, namespace="kagent", name="agent-a",
+                                          assertion=token)
+    with memory_request(token, public_keys=PUBLIC_KEYS, issuer=ISSUER, agent=AGENT,
+                        context_id=context_id(), grant=other) as binding:
+        assert binding.assertion is not None
+        with pytest.raises(GovernanceError) as refused:
+            await main.runtime.redeem(binding.assertion)
+    assert refused.value.reason is ReasonCode.AGENT_MISMATCH
+    after = _state(main.db)
+    assert after == {**before, "memory_runtime_grant": before["memory_runtime_grant"] + 1}
