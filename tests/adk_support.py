@@ -151,9 +151,12 @@ class Harness:
 
     async def turn(self, text: str, *, key: ScopeKey | None, session: str = "s1",
                    token: str | None = None, audience: tuple[str, ...] = ("example.org",),
-                   run_config: Any = None) -> list[str]:
+                   run_config: Any = None,
+                   grant: str | Callable[[str], str] | None = None) -> list[str]:
         """One user turn through the real Runner, bound to a freshly signed assertion for
-        ``key`` (or ``token`` as given, or none).  Returns the texts the agent produced."""
+        ``key`` (or ``token`` as given, or none), and to ``grant`` (the request's runtime grant,
+        or a function minting it for the token: a gRPC controller).  Returns the texts the
+        agent produced."""
         if session not in self.sessions:
             s = await self.runner.session_service.create_session(
                 app_name=AGENT.app_name, user_id="attribution-only")
@@ -161,8 +164,10 @@ class Harness:
         if token is None and key is not None:
             token = sign(key, session=session, audience=audience)
         out: list[str] = []
+        if callable(grant):
+            grant = grant(token) if token is not None else None
         with memory_request(token, public_keys=PUBLIC_KEYS, issuer=ISSUER, agent=AGENT,
-                            context_id=context_id(session)):
+                            context_id=context_id(session), grant=grant):
             async for event in self.runner.run_async(
                 user_id="attribution-only", session_id=self.sessions[session],
                 new_message=types.Content(role="user", parts=[types.Part(text=text)]),

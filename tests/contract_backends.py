@@ -19,6 +19,12 @@ controller backends call as a request does: the assertion is redeemed at ``/gene
 and a later call for that key and generation carries the assertion that captured it (the work
 of one request, e.g. a save under the generation an earlier redemption captured).
 
+* ``KagentMainBackend``: ``KagentBackend`` on a ``grpc://`` URL against kagent MAIN's controller
+  compiled from ``patches/kagent-main/`` (``go_controller_main.py``): runtime calls present the
+  request's runtime grant, minted per request through the grants login bound to the request's
+  assertion (``memory_grant_mint``, the A2A transport's part), never a bearer; the bridge's
+  controls carry the bridge's ServiceAccount token and offboarding the operator's.
+
 Both answer with plain values and raise ``Refused(reason)`` with the contract's reason code, so
 a scenario cannot tell them apart except by what they do.
 """
@@ -275,6 +281,10 @@ class KagentBackend(LibraryBackend):
         for runtime in self.runtimes.values():
             await runtime.aclose()
 
+    def grant_for(self, key: ScopeKey, token: str) -> str | None:
+        """The runtime grant of the request of ``token`` (none over HTTP)."""
+        return None
+
     def runtime(self, agent: AgentIdentity) -> KagentControllerStore:
         if agent not in self.runtimes:
             self.runtimes[agent] = KagentControllerStore(
@@ -294,7 +304,8 @@ class KagentBackend(LibraryBackend):
                                          lifetime=timedelta(seconds=60))
         context = self.contexts.setdefault(token, _context_of(token))
         with memory_request(token, public_keys=self.public_keys, issuer=self.issuer,
-                            agent=key.agent, context_id=context) as binding:
+                            agent=key.agent, context_id=context,
+                            grant=self.grant_for(key, token)) as binding:
             assert binding.assertion is not None, binding.reason
             yield binding.assertion
 
@@ -337,6 +348,41 @@ class KagentBackend(LibraryBackend):
         with self.request(key, token):  # the agent's delete_memory: the runtime route
             r = await self._call(self.runtime(key.agent).forget(key, entry_id))
         return Erasure(r.deleted, r.verified)
+
+
+class KagentMainBackend(KagentBackend):
+    """``KagentBackend`` against kagent main's compiled controller over gRPC: each request's
+    runtime grant is minted (once, when the request first calls) by ``mint(key, token)``; the
+    operator's offboarding through its own ``KagentBridgeStore`` (main serves Offboard to the
+    operator ServiceAccounts only)."""
+
+    name = "kagent-main"
+
+    def __init__(self, url: str, *, bridge_key: Ed25519PrivateKey, issuer: str,
+                 local_server: str, agent_token: Callable[[str, str], str],
+                 bridge_token: str, operator_token: str,
+                 mint: Callable[[ScopeKey, str], str]) -> None:
+        super().__init__(url, bridge_key=bridge_key, issuer=issuer, local_server=local_server,
+                         agent_token=agent_token, bridge_token=bridge_token)
+        self.operator = self.operator_store = KagentBridgeStore(  # type: ignore[assignment]
+            url, local_server=local_server, token=operator_token, **CONTROLLER_BUDGETS)
+        self.mint = mint
+        self.grants: dict[str, str] = {}
+
+    def runtime(self, agent: AgentIdentity) -> KagentControllerStore:
+        if agent not in self.runtimes:  # over gRPC the runtime holds no token: only grants
+            self.runtimes[agent] = KagentControllerStore(
+                self.url, agent=agent, local_server=self.local_server, **CONTROLLER_BUDGETS)
+        return self.runtimes[agent]
+
+    def grant_for(self, key: ScopeKey, token: str) -> str | None:
+        if token not in self.grants:
+            self.grants[token] = self.mint(key, token)
+        return self.grants[token]
+
+    async def aclose(self) -> None:
+        await super().aclose()
+        await self.operator_store.aclose()
 
 
 def _context_of(token: str) -> str:

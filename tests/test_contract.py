@@ -13,6 +13,12 @@ HTTP server, that an unauthenticated caller, another agent and an agent on a bri
 refused with the right status and ``{"error": ...}`` body and change nothing in the database,
 and that ``/search`` with ``vectors`` answers each query vector as a single search does.
 
+The ``kagent-main`` backend runs the same scenarios through the library's clients over gRPC
+against kagent MAIN's controller compiled from ``patches/kagent-main/``
+(``go_controller_main.py``; main migrates its own schema, ``governed_memory``, which the
+database checks read), each runtime call presenting a grant minted for its request through the
+grants login.
+
 Without Go or kagent's source the controller runs are reported as NOT RUN (skipped, with the
 reason in pytest's summary); the library runs always run.  The scenarios use fresh keys, so the
 controller serves one database for the whole module.
@@ -26,6 +32,7 @@ import uuid
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
+import go_controller_main
 import httpx
 import psycopg
 import pytest
@@ -33,6 +40,7 @@ from contract_backends import (
     Backend,
     HttpBackend,
     KagentBackend,
+    KagentMainBackend,
     LibraryBackend,
     Refused,
     scope_body,
@@ -60,6 +68,7 @@ from kagent_governed_memory import (
 from kagent_governed_memory._embedded import (
     APP_ROLE,
     CONTROLLER_ROLE,
+    GRANTS_ROLE,
     OPERATOR_ROLE,
     OWNER_ROLE,
     prepare_app_database,
@@ -71,7 +80,7 @@ ISSUER = "https://bridge.example.org"
 BRIDGE_KEY = generate_private_key()  # the bridge's; the controller gets the public key only
 PURPOSE = "personal_preferences"
 EMBED = HashingEmbedder()
-BACKENDS = ["library", "controller", "kagent"]
+BACKENDS = ["library", "controller", "kagent", "kagent-main"]
 
 
 def fresh_key(tag: str, *, mxid: str | None = None, agent: str = "my-agent") -> ScopeKey:
@@ -87,9 +96,11 @@ def vec(text: str) -> list[float]:
 
 
 class Db:
-    def __init__(self, app: str, owner: str, admin: str, operator: str, controller: str) -> None:
+    def __init__(self, app: str, owner: str, admin: str, operator: str, controller: str,
+                 grants: str = "") -> None:
         self.app, self.owner, self.admin, self.operator = app, owner, admin, operator
         self.controller = controller  # the kagent controller's serving login
+        self.grants = grants  # the A2A transport's part: mints runtime grants (kagent main)
 
     def scalar(self, sql: str, params: list[Any] | None = None) -> Any:
         with psycopg.connect(self.admin, autocommit=True) as conn:
@@ -115,11 +126,17 @@ def backend_db(request: pytest.FixtureRequest, postgresql_proc: Any) -> Iterator
     base = make_conninfo(host=postgresql_proc.host, port=postgresql_proc.port,
                          user=postgresql_proc.user, dbname="postgres")
     prepare_app_database(base, name, template=postgresql_proc.template_dbname)
+    main = request.param == "kagent-main"
+    # kagent main keeps the governed tables in their own schema (its migration track, 0011)
+    admin = make_conninfo(base, dbname=name, **(
+        {"options": f"-c search_path={go_controller_main.SCHEMA},public"} if main else {}))
     db = Db(make_conninfo(base, user=APP_ROLE, dbname=name),
-            make_conninfo(base, user=OWNER_ROLE, dbname=name), make_conninfo(base, dbname=name),
+            make_conninfo(base, user=OWNER_ROLE, dbname=name), admin,
             make_conninfo(base, user=OPERATOR_ROLE, dbname=name),
-            make_conninfo(base, user=CONTROLLER_ROLE, dbname=name))
-    asyncio.run(migrate(db.owner, local_server=LOCAL))
+            make_conninfo(base, user=CONTROLLER_ROLE, dbname=name),
+            make_conninfo(base, user=GRANTS_ROLE, dbname=name))
+    if not main:  # main's controller migrates with its own runner, as the owner
+        asyncio.run(migrate(db.owner, local_server=LOCAL))
     yield request.param, db
     with psycopg.connect(base, autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
@@ -130,6 +147,16 @@ def controller_url(backend_db: tuple[str, Db]) -> Iterator[str | None]:
     kind, db = backend_db
     if kind == "library":
         yield None
+        return
+    if kind == "kagent-main":
+        env = {"KAGENT_MEMORY_SCOPE_PUBLIC_KEYS": public_key_pem(BRIDGE_KEY).decode(),
+               "KAGENT_MEMORY_SCOPE_ISSUER": ISSUER}
+        try:
+            with go_controller_main.serve(db.controller, migrate_dsn=db.owner, local_server=LOCAL,
+                                          env=env) as process:
+                yield process.url
+        except Unavailable as exc:
+            pytest.skip(f"KAGENT MAIN CONTROLLER NOT RUN: it cannot be compiled here ({exc})")
         return
     try:
         # the controller's login: the runtime, bridge and operator roles (not the service role)
@@ -153,6 +180,23 @@ async def b(backend_db: tuple[str, Db], controller_url: str | None) -> AsyncIter
         finally:
             await store.close()
             await operator.close()
+    elif kind == "kagent-main":
+        assert controller_url is not None
+
+        def mint(key: ScopeKey, token: str) -> str:
+            return go_controller_main.mint_grant(db.grants, namespace=key.agent.namespace,
+                                                 name=key.agent.name, assertion=token)
+
+        main = KagentMainBackend(
+            controller_url, bridge_key=BRIDGE_KEY, issuer=ISSUER, local_server=LOCAL,
+            agent_token=service_account_token,
+            bridge_token=service_account_token(*BRIDGE_SERVICE_ACCOUNT),
+            operator_token=service_account_token(*go_controller_main.OPERATOR_SERVICE_ACCOUNT),
+            mint=mint)
+        try:
+            yield main
+        finally:
+            await main.aclose()
     elif kind == "kagent":
         assert controller_url is not None
         kagent = KagentBackend(controller_url, bridge_key=BRIDGE_KEY, issuer=ISSUER,
