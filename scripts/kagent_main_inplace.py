@@ -5,7 +5,8 @@ which the module proxy here serves no version.  Given an agent-substrate/substra
 module builds the COMPILE STAND-IN (``kagent_main_substrate.py``: agent-substrate@86e138f6 +
 this project's overlay; not the real v0.0.20), writes a substitute go.mod that replaces
 substrate with it (``kagent_main_modfile.py --substrate``), and on the tree holding the Go
-patches in order runs, in place:
+patches in order runs, in place, for each of ``PACKAGES`` (grpcserver, and with ``0017``
+``memorygrant`` and ``a2a``):
 
 * ``go vet ./core/internal/grpcserver/...``;
 * golangci-lint (main's pin, rebuilt as ``kagent_main_lint.lint_binary`` does) with main's
@@ -34,6 +35,9 @@ from typing import Protocol
 SCRIPTS = Path(__file__).resolve().parent
 PKG_DIR = "go/core/internal/grpcserver"
 PKG = "./core/internal/grpcserver/..."
+# every package checked in place (each imports substrate): grpcserver, 0017's memorygrant (it
+# imports grpcserver) and the A2A transport it changes; one that the tree lacks is skipped
+PACKAGES = (PKG, "./core/internal/memorygrant/...", "./core/internal/a2a/...")
 STEP = "go-tests"
 STANDIN = "substrate COMPILE STAND-IN (not the real v0.0.20)"
 
@@ -104,34 +108,34 @@ def _tests(out: str) -> tuple[int, list[str]]:
 
 
 def check_in_place(rep: Reporter, work: Path, tree: Path, env: dict[str, str],
-                   lint_binary: Callable[[], Path | None]) -> None:
+                   lint_binary: Callable[[], Path | None], pkg: str = PKG) -> None:
     go_dir = tree / "go"
-    code, out, secs = run(["go", "vet", PKG], cwd=go_dir, env=env)
+    code, out, secs = run(["go", "vet", pkg], cwd=go_dir, env=env)
     rep.line("PASS" if code == 0 else "FAIL", STEP,
-             f"go vet {PKG} in place (all Go patches; {STANDIN})", secs, out)
+             f"go vet {pkg} in place (all Go patches; {STANDIN})", secs, out)
     binary = lint_binary()
     if binary is None:
-        rep.line("NOT RUN", STEP, f"golangci-lint of {PKG} in place: no golangci-lint binary")
+        rep.line("NOT RUN", STEP, f"golangci-lint of {pkg} in place: no golangci-lint binary")
     else:
         config = _lint_config(go_dir)
         lint_env = {**env, "GOLANGCI_LINT_CACHE": str(work / "golangci-lint-inplace")}
         try:
-            code, out, secs = run([str(binary), "run", "--config", str(config), PKG],
+            code, out, secs = run([str(binary), "run", "--config", str(config), pkg],
                                    cwd=go_dir, env=lint_env)
         finally:
             config.unlink(missing_ok=True)
         rep.line("PASS" if code == 0 else "FAIL", STEP,
-                 f"golangci-lint {PKG} in place (main's .golangci.yaml minus its custom "
+                 f"golangci-lint {pkg} in place (main's .golangci.yaml minus its custom "
                  f"plugins; {STANDIN})", secs, out)
     # through run_go_db_tests.py: 0016's tests serve GovernedMemoryService on the embedded
     # PostgreSQL (the dbtest seam); go test -race -count=1 -v as before otherwise
     code, out, secs = run([sys.executable, str(SCRIPTS / "run_go_db_tests.py"), "--tree",
-                           str(tree), "--package", PKG, "-v"], env=env)
+                           str(tree), "--package", pkg, "-v"], env=env)
     passed, failed = _tests(out)
     if code == 0 and passed == 0:
         code, out = 1, out + "\nno test ran"
     rep.line("PASS" if code == 0 else ("NOT RUN" if code in (3, 4) else "FAIL"), STEP,
-             f"go test -race {PKG} in place: {passed} passed, {len(failed)} failed "
+             f"go test -race {pkg} in place: {passed} passed, {len(failed)} failed "
              f"(all Go patches; embedded PostgreSQL; {STANDIN})", secs, out)
 
 
@@ -173,7 +177,9 @@ def step_grpcserver(rep: Reporter, work: Path, series_tree: Path, substrate_src:
     env = standin_env(rep, work, series_tree, substrate_src, base_env)
     if env is None:
         return
-    check_in_place(rep, work, series_tree, env, lint_binary)
+    for pkg in PACKAGES:
+        if (series_tree / "go" / pkg.removeprefix("./").removesuffix("/...")).is_dir():
+            check_in_place(rep, work, series_tree, env, lint_binary, pkg)
     nofix = work / "grpcserver-nofix"
     base_tree(nofix)
     env = standin_env(rep, work, nofix, substrate_src, base_env)

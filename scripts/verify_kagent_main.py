@@ -7,7 +7,9 @@ The series is a set of small pull requests, each standalone against the snapshot
 * ``apply``: every patch applies alone on BASE (``git am``) -- a stacked PR, one that names
   prerequisites (``prerequisite-patch-id``), on exactly those -- and all apply in order;
 * ``go``: for every patch that touches ``go/``, on BASE + that patch alone, or on the Go
-  patches it names as prerequisites (``prerequisite-patch-id``) when it has any, checking its
+  patches it names as prerequisites (``prerequisite-patch-id``) when it has any (``0011`` on
+  ``0001``, ``0013`` on ``0001``+``0011``, ``0015`` on ``0010``, ``0016`` on
+  ``0001``+``0010``-``0013``+``0015``, ``0017`` on ``0001``+``0010``+``0011``+``0015``), checking its
   own commit only (one tree path, reset between PRs, so the build cache carries over):
   ``scripts/verify_go_series.py --lint`` (builds, ``go vet`` and ``gofmt -l`` of the touched
   packages, ``sqlc generate`` v1.30.0 leaves the tree byte-identical, golangci-lint at main's pin
@@ -29,9 +31,10 @@ main itself does not build here unchanged.  ``scripts/kagent_main_modfile.py`` w
 substitute ``go.mod`` outside the tree (nearest served versions; packages that need the one
 module with no version served are left out of the build and named), passed as ``GOFLAGS=
 -modfile=...``; every Go line below says so.  Nothing of the substitute enters a patch.
-With ``--substrate-src`` the ``go-tests`` step also checks ``core/internal/grpcserver`` in place
-on a compile stand-in for substrate (``scripts/kagent_main_inplace.py``); without it those
-checks say NOT RUN.
+With ``--substrate-src`` the ``go-tests`` step also checks the packages that import substrate
+in place on a compile stand-in for substrate (``scripts/kagent_main_inplace.py``,
+``IN_PLACE_PACKAGES``: ``core/internal/grpcserver``, and ``0017``'s ``core/internal/memorygrant``
+and ``core/internal/a2a``); without it those checks say NOT RUN.
 
 Go needs 1.27: ``GOTOOLCHAIN`` defaults to ``go1.27.3`` (fetched through the module proxy).
 Trees live at fixed paths under ``$VERIFY_KAGENT_MAIN_WORKDIR`` (default
@@ -77,6 +80,9 @@ GO_TEST_PACKAGES = ("./core/internal/dbtest/...", "./core/pkg/migrations/...",
                     "./core/internal/database/...", "./core/internal/service/memory/...",
                     "./core/internal/memoryscope/...", "./adk/pkg/memory/...",
                     "./core/internal/controller/translator/agent/...")
+# the packages the Go PRs touch that import substrate (0015, 0016: grpcserver; 0017: memorygrant,
+# a2a): checked in place on the substrate stand-in only (--substrate-src)
+IN_PLACE_PACKAGES = inplace.PACKAGES
 
 
 def base_commit() -> str:

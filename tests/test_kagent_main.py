@@ -165,7 +165,7 @@ def _go_test_packages() -> tuple[str, ...]:
     sys.path.insert(0, str(REPO / "scripts"))
     import verify_kagent_main
 
-    return verify_kagent_main.GO_TEST_PACKAGES
+    return verify_kagent_main.GO_TEST_PACKAGES + verify_kagent_main.IN_PLACE_PACKAGES
 
 
 def test_every_go_prs_tests_are_in_the_go_tests_step() -> None:
