@@ -206,32 +206,53 @@ async def test_no_sentinel_or_grant_reaches_the_logs_on_main(main: Main) -> None
 
 
 
-@pytest.mark.xfail(strict=True, raises=grpc.aio.AioRpcError,
-                   reason="main's GovernedMemoryService/Generation is Unimplemented in 0016 "
-                          "(UnimplementedGovernedMemoryServiceServer); the library's bridge "
-                          "reads a generation through Status meanwhile.  Lands with 0013/0016's "
-                          "Generation handler (wire18): then remove this mark")
 async def test_the_bridge_reads_a_generation_through_mains_generation_rpc(main: Main) -> None:
+    """0016's ``Generation`` on the compiled server (0013's ``GetMemoryGeneration``): unset
+    without consent, the consent's generation once granted (a renewal keeps it), unset again
+    once withdrawn; a runtime grant (not the bridge) is UNAUTHENTICATED; a malformed scope is
+    ``invalid_identity`` in the ErrorInfo.  Reading changes nothing."""
     from kagent_governed_memory.kagent._proto import governed_memory_pb2 as pb
     from kagent_governed_memory.kagent._proto import governed_memory_pb2_grpc as stubs
+    from kagent_governed_memory.kagent._grpc import _reason
 
     key = make_key()
-    consent = await main.bridge.grant(key, purpose=PURPOSE)
     scope = pb.MemoryScope(principal=pb.MemoryPrincipal(issuer=key.principal.issuer,
                                                         subject=key.principal.subject),
                            agent_namespace=key.agent.namespace, agent_name=key.agent.name,
                            kind=key.scope.kind.value, context_id=key.scope.room_id)
     bearer = (("authorization", f"Bearer {service_account_token(*BRIDGE_SERVICE_ACCOUNT)}"),)
+    request = pb.GovernedMemoryServiceGenerationRequest(scope=scope)
     async with grpc.aio.insecure_channel(main.process.url.removeprefix("grpc://")) as channel:
         stub = stubs.GovernedMemoryServiceStub(channel)  # type: ignore[no-untyped-call]
-        try:
-            got = await stub.Generation(pb.GovernedMemoryServiceGenerationRequest(scope=scope),
-                                        metadata=bearer, timeout=30)
-        except grpc.aio.AioRpcError as exc:  # the expected failure is UNIMPLEMENTED alone
-            if exc.code() is not grpc.StatusCode.UNIMPLEMENTED:
-                pytest.fail(f"Generation answered {exc.code().name}, not UNIMPLEMENTED")
-            raise
-    assert got.generation == consent.generation
+
+        async def read() -> int | None:
+            got = await stub.Generation(request, metadata=bearer, timeout=30)
+            return got.generation if got.HasField("generation") else None
+
+        assert await read() is None  # no scope, no consent
+        consent = await main.bridge.grant(key, purpose=PURPOSE)
+        before = _state(main.db)
+        assert await read() == consent.generation
+        assert _state(main.db) == before  # a read redeems and records nothing
+        assert (await main.bridge.grant(key, purpose=PURPOSE)).generation == consent.generation
+        assert await read() == consent.generation
+
+        grant = main.mint(sign(key))
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await stub.Generation(request, metadata=(("x-kagent-memory-grant", grant),),
+                                  timeout=30)
+        assert info.value.code() is grpc.StatusCode.UNAUTHENTICATED
+        bad = pb.GovernedMemoryServiceGenerationRequest(scope=pb.MemoryScope(
+            principal=scope.principal, agent_namespace=scope.agent_namespace,
+            agent_name="Not_An_Agent", kind=scope.kind, context_id=scope.context_id))
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await stub.Generation(bad, metadata=bearer, timeout=30)
+        assert info.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+        assert info.value.details() == "invalid_identity"
+        assert _reason(info.value) == "invalid_identity"  # the ErrorInfo's reason
+
+        await main.bridge.withdraw(key)
+        assert await read() is None
 
 
 async def test_runtime_grants_are_verified_by_the_series_store_when_it_has_one(main: Main) -> None:
