@@ -12,8 +12,8 @@ patches in order runs, in place, for each of ``PACKAGES`` (grpcserver, and with 
 * golangci-lint (main's pin, rebuilt as ``kagent_main_lint.lint_binary`` does) with main's
   ``go/.golangci.yaml`` minus its custom plugins (they lint ``api/v1alpha*`` only);
 * ``go test -race -count=1 -v ./core/internal/grpcserver/...``;
-* with ``0018``'s wiring test in the tree: ``go build ./core/cmd/controller/...``, ``go vet``
-  of ``./core/pkg/app/`` and ``./core/cli/cmd/kagent/``, ``go test -race`` of ``./core/pkg/app/``;
+* with ``0018``'s wiring test in the tree: ``go build`` of ``./core/cmd/controller/...`` and
+  ``./core/cli/cmd/kagent/``, and the three checks above for ``./core/pkg/app/``;
 
 and then shows the tests the fix adds fail without it: BASE plus only the ``_test.go`` files
 under grpcserver of the patch that fixes grpcserver (``git apply --include``), where ``go test``
@@ -145,26 +145,20 @@ APP_PKG = "./core/pkg/app/"
 APP_TEST = "go/core/pkg/app/governed_memory_test.go"
 
 
-def check_app(rep: Reporter, tree: Path, env: dict[str, str]) -> None:
-    """0018's wiring (pkg/app imports substrate too): the controller builds, go vet and the
-    package's tests, on the same stand-in; only when the series has 0018's test."""
+def check_app(rep: Reporter, work: Path, tree: Path, env: dict[str, str],
+              lint_binary: Callable[[], Path | None]) -> None:
+    """0018's wiring (pkg/app imports substrate too): the controller and the CLI build, and
+    pkg/app is vetted, linted and tested in place like the other packages, on the same
+    stand-in; only when the series has 0018's test."""
     if not (tree / APP_TEST).exists():
         return
     go_dir = tree / "go"
-    code, out, secs = run(["go", "build", "./core/cmd/controller/..."], cwd=go_dir, env=env)
+    code, out, secs = run(["go", "build", "./core/cmd/controller/...", "./core/cli/cmd/kagent/"],
+                          cwd=go_dir, env=env)
     rep.line("PASS" if code == 0 else "FAIL", STEP,
-             f"go build ./core/cmd/controller/... (all Go patches; {STANDIN})", secs, out)
-    code, out, secs = run(["go", "vet", APP_PKG, "./core/cli/cmd/kagent/"], cwd=go_dir, env=env)
-    rep.line("PASS" if code == 0 else "FAIL", STEP,
-             f"go vet {APP_PKG} ./core/cli/cmd/kagent/ (all Go patches; {STANDIN})", secs, out)
-    code, out, secs = run(["go", "test", "-race", "-count=1", "-v", APP_PKG], cwd=go_dir,
-                          env=env)
-    passed, failed = _tests(out)
-    if code == 0 and passed == 0:
-        code, out = 1, out + "\nno test ran"
-    rep.line("PASS" if code == 0 else "FAIL", STEP,
-             f"go test -race {APP_PKG}: {passed} passed, {len(failed)} failed "
-             f"(all Go patches; {STANDIN})", secs, out)
+             f"go build ./core/cmd/controller/... ./core/cli/cmd/kagent/ (all Go patches; "
+             f"{STANDIN})", secs, out)
+    check_in_place(rep, work, tree, env, lint_binary, APP_PKG)
 
 
 def check_without_fix(rep: Reporter, work: Path, tree: Path, patch: Path,
@@ -208,7 +202,7 @@ def step_grpcserver(rep: Reporter, work: Path, series_tree: Path, substrate_src:
     for pkg in PACKAGES:
         if (series_tree / "go" / pkg.removeprefix("./").removesuffix("/...")).is_dir():
             check_in_place(rep, work, series_tree, env, lint_binary, pkg)
-    check_app(rep, series_tree, env)
+    check_app(rep, work, series_tree, env, lint_binary)
     nofix = work / "grpcserver-nofix"
     base_tree(nofix)
     env = standin_env(rep, work, nofix, substrate_src, base_env)

@@ -170,7 +170,8 @@ def _go_test_packages() -> tuple[str, ...]:
 
 def test_every_go_prs_tests_are_in_the_go_tests_step() -> None:
     """A Go PR's test files lie under a package pattern the go-tests step runs (or another step)."""
-    patterns = [x.removeprefix("./").removesuffix("/...") for x in _go_test_packages()]
+    patterns = [x.removeprefix("./").removesuffix("/...").removesuffix("/")
+                for x in _go_test_packages()]
     for patch in _patches():
         dirs = set(re.findall(r"^diff --git a/(go/\S+)/[^/\s]+_test\.go ", patch.read_text(), re.M))
         for d in sorted(dirs):
@@ -208,6 +209,15 @@ def test_grpcserver_in_place_on_the_substrate_stand_in_or_reported_not_run() -> 
                     r" in place: (\d+) passed, 0 failed", out, re.M)
     assert ran and int(ran.group(1)) >= 60, out  # 0003's and 0015's tests with kagent's own
     assert re.search(r"without 0003's fix .* fails as it must", out), out
+    # 0017's grant store and A2A transport, 0018's wiring: vetted, linted and tested in place,
+    # and the controller and the CLI build with the whole series
+    for pkg in ("./core/internal/memorygrant/...", "./core/internal/a2a/...", "./core/pkg/app/"):
+        for what in (f"go vet {pkg} in place", f"golangci-lint {pkg} in place"):
+            assert re.search(rf"^PASS\s+go-tests\s+\S+\s+{re.escape(what)}", out, re.M), what
+        ran = re.search(rf"^PASS\s+go-tests\s+\S+\s+go test -race {re.escape(pkg)} in place: "
+                        r"(\d+) passed, 0 failed", out, re.M)
+        assert ran and int(ran.group(1)) >= 1, (pkg, out)
+    assert re.search(r"^PASS\s+go-tests\s+\S+\s+go build \./core/cmd/controller/", out, re.M), out
 
 
 def test_each_crd_pr_admits_and_refuses_as_its_cases_say() -> None:
