@@ -196,6 +196,12 @@ class StandIn(stubs.GovernedMemoryServiceServicer):  # type: ignore[misc]
             return out
         return await self._serve("GrantConsent", request, context, work)
 
+    async def Generation(self, request: Any, context: Any) -> Any:  # noqa: N802
+        async def work(_: Any) -> Any:
+            g = await self.store.generation(key_of(request.scope))
+            return pb.GovernedMemoryServiceGenerationResponse(generation=g)
+        return await self._serve("Generation", request, context, work)
+
     async def Status(self, request: Any, context: Any) -> Any:  # noqa: N802
         async def work(_: Any) -> Any:
             s = await self.store.status(key_of(request.scope))

@@ -73,7 +73,8 @@ async def test_every_rpc_through_the_public_api(wired: Any, caplog: Any) -> None
     key = make_key()
     consent = await bridge.grant(key, purpose=PURPOSE)
     assert consent.generation >= 1 and consent.purpose == PURPOSE
-    assert await bridge.generation(key) == consent.generation  # through Status
+    assert await bridge.generation(key) == consent.generation  # through Generation
+    assert standin.calls[-1][0] == "Generation"
     cm, token = _bind(standin, key)
     with cm as binding:
         standin.assertions[token] = binding.assertion
@@ -102,8 +103,8 @@ async def test_every_rpc_through_the_public_api(wired: Any, caplog: Any) -> None
     report = await bridge.offboard(key.principal)
     assert [s.outcome for s in report.scopes] == ["cleared"]
     methods = [m for m, _ in standin.calls]
-    assert set(methods) == {"GrantConsent", "Status", "Redeem", "Admit", "Save", "Search",
-                            "Forget", "Inspect", "ForgetAll", "Withdraw", "Offboard"}
+    assert set(methods) == {"GrantConsent", "Generation", "Status", "Redeem", "Admit", "Save",
+                            "Search", "Forget", "Inspect", "ForgetAll", "Withdraw", "Offboard"}
     for method, metadata in standin.calls:  # metadata discipline
         runtime_call = method in {"Redeem", "Admit", "Save", "Search"} or (
             method == "Forget" and "x-kagent-memory-grant" in metadata)

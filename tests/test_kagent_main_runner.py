@@ -210,7 +210,8 @@ async def test_the_bridge_reads_a_generation_through_mains_generation_rpc(main: 
     """0016's ``Generation`` on the compiled server (0013's ``GetMemoryGeneration``): unset
     without consent, the consent's generation once granted (a renewal keeps it), unset again
     once withdrawn; a runtime grant (not the bridge) is UNAUTHENTICATED; a malformed scope is
-    ``invalid_identity`` in the ErrorInfo.  Reading changes nothing."""
+    ``invalid_identity`` in the ErrorInfo.  The library's bridge reads it through the RPC.
+    Reading changes nothing."""
     from kagent_governed_memory.kagent._proto import governed_memory_pb2 as pb
     from kagent_governed_memory.kagent._proto import governed_memory_pb2_grpc as stubs
     from kagent_governed_memory.kagent._grpc import _reason
@@ -233,6 +234,7 @@ async def test_the_bridge_reads_a_generation_through_mains_generation_rpc(main: 
         consent = await main.bridge.grant(key, purpose=PURPOSE)
         before = _state(main.db)
         assert await read() == consent.generation
+        assert await main.bridge.generation(key) == consent.generation  # the library, over gRPC
         assert _state(main.db) == before  # a read redeems and records nothing
         assert (await main.bridge.grant(key, purpose=PURPOSE)).generation == consent.generation
         assert await read() == consent.generation
@@ -253,6 +255,7 @@ async def test_the_bridge_reads_a_generation_through_mains_generation_rpc(main: 
 
         await main.bridge.withdraw(key)
         assert await read() is None
+    assert await main.bridge.generation(key) is None
 
 
 async def test_runtime_grants_are_verified_by_the_series_store_when_it_has_one(main: Main) -> None:

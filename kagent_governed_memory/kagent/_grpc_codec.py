@@ -144,6 +144,9 @@ RPCS: dict[str, Rpc] = {
     "search": Rpc("Search", _search, _found),
     "forget": Rpc("Forget", _forget, _erasure),
     "consent": Rpc("GrantConsent", _consent, _consented),
+    "current-generation": Rpc("Generation", lambda b, _: pb.GovernedMemoryServiceGenerationRequest(
+        scope=_scope(b)), lambda _, got: {
+        "generation": got.generation if got.HasField("generation") else None}),
     "status": Rpc("Status", lambda b, _: pb.GovernedMemoryServiceStatusRequest(scope=_scope(b)),
                   _status),
     "inspect": Rpc("Inspect", _inspect, lambda _, got: {

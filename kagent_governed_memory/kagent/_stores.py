@@ -324,10 +324,14 @@ class KagentBridgeStore(_Client):
     async def generation(self, key: ScopeKey, *, classification: str | None = None,
                          output_audience: Sequence[str] | None = None) -> int | None:
         """The scope's current generation if its consent is enabled, unexpired and under this
-        policy version, else ``None`` (from ``status``; classification and output audience are
-        checked where the runtime redeems its assertion)."""
+        policy version, else ``None``; classification and output audience are checked where
+        the runtime redeems its assertion.  kagent main answers it (``Generation``, under the
+        policy, classification and audience its consents are granted with); the v0.9.x API
+        has no bridge route for it, so it is read from ``status`` there."""
         if classification is not None or output_audience is not None:
             raise InvalidInput(ReasonCode.INVALID_ARGUMENT, field="classification")
+        if self._http.sends_grant:  # kagent main (gRPC)
+            return _captured(await self._call("current-generation", key, {}, idempotent=True))
         st = await self.status(key)
         if (not st.enabled or st.policy_version != self.policy.version
                 or st.consent_expires_at is None or st.consent_expires_at <= datetime.now(UTC)):
