@@ -13,7 +13,8 @@ patches in order runs, in place, for each of ``PACKAGES`` (grpcserver, and with 
   ``go/.golangci.yaml`` minus its custom plugins (they lint ``api/v1alpha*`` only);
 * ``go test -race -count=1 -v ./core/internal/grpcserver/...``;
 * with ``0018``'s wiring test in the tree: ``go build`` of ``./core/cmd/controller/...`` and
-  ``./core/cli/cmd/kagent/``, and the three checks above for ``./core/pkg/app/``;
+  ``./core/cli/cmd/kagent/``, and the three checks above for ``./core/pkg/app/`` and
+  ``./core/cli/cmd/kagent/``;
 
 and then shows the tests the fix adds fail without it: BASE plus only the ``_test.go`` files
 under grpcserver of the patch that fixes grpcserver (``git apply --include``), where ``go test``
@@ -142,14 +143,15 @@ def check_in_place(rep: Reporter, work: Path, tree: Path, env: dict[str, str],
 
 
 APP_PKG = "./core/pkg/app/"
+CLI_PKG = "./core/cli/cmd/kagent/"  # 0018's `kagent db migrate` track switch
 APP_TEST = "go/core/pkg/app/governed_memory_test.go"
 
 
 def check_app(rep: Reporter, work: Path, tree: Path, env: dict[str, str],
               lint_binary: Callable[[], Path | None]) -> None:
     """0018's wiring (pkg/app imports substrate too): the controller and the CLI build, and
-    pkg/app is vetted, linted and tested in place like the other packages, on the same
-    stand-in; only when the series has 0018's test."""
+    pkg/app and the CLI's command package are vetted, linted and tested in place like the
+    other packages, on the same stand-in; only when the series has 0018's test."""
     if not (tree / APP_TEST).exists():
         return
     go_dir = tree / "go"
@@ -158,7 +160,8 @@ def check_app(rep: Reporter, work: Path, tree: Path, env: dict[str, str],
     rep.line("PASS" if code == 0 else "FAIL", STEP,
              f"go build ./core/cmd/controller/... ./core/cli/cmd/kagent/ (all Go patches; "
              f"{STANDIN})", secs, out)
-    check_in_place(rep, work, tree, env, lint_binary, APP_PKG)
+    for pkg in (APP_PKG, CLI_PKG):
+        check_in_place(rep, work, tree, env, lint_binary, pkg)
 
 
 def check_without_fix(rep: Reporter, work: Path, tree: Path, patch: Path,

@@ -34,7 +34,8 @@ module with no version served are left out of the build and named), passed as ``
 With ``--substrate-src`` the ``go-tests`` step also checks the packages that import substrate
 in place on a compile stand-in for substrate (``scripts/kagent_main_inplace.py``,
 ``IN_PLACE_PACKAGES``: ``core/internal/grpcserver``, ``0017``'s ``core/internal/memorygrant``
-and ``core/internal/a2a``, and ``0018``'s ``core/pkg/app``); without it those checks say NOT RUN.
+and ``core/internal/a2a``, and ``0018``'s ``core/pkg/app`` and ``core/cli/cmd/kagent``); without it
+those checks say NOT RUN.
 
 Go needs 1.27: ``GOTOOLCHAIN`` defaults to ``go1.27.3`` (fetched through the module proxy).
 Trees live at fixed paths under ``$VERIFY_KAGENT_MAIN_WORKDIR`` (default
@@ -81,8 +82,8 @@ GO_TEST_PACKAGES = ("./core/internal/dbtest/...", "./core/pkg/migrations/...",
                     "./core/internal/memoryscope/...", "./adk/pkg/memory/...",
                     "./core/internal/controller/translator/agent/...")
 # the packages the Go PRs touch that import substrate (0015, 0016: grpcserver; 0017: memorygrant,
-# a2a; 0018: pkg/app): checked in place on the substrate stand-in only (--substrate-src)
-IN_PLACE_PACKAGES = inplace.PACKAGES + (inplace.APP_PKG,)
+# a2a; 0018: pkg/app, the CLI): checked in place on the substrate stand-in only (--substrate-src)
+IN_PLACE_PACKAGES = inplace.PACKAGES + (inplace.APP_PKG, inplace.CLI_PKG)
 
 
 def base_commit() -> str:

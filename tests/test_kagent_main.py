@@ -211,7 +211,8 @@ def test_grpcserver_in_place_on_the_substrate_stand_in_or_reported_not_run() -> 
     assert re.search(r"without 0003's fix .* fails as it must", out), out
     # 0017's grant store and A2A transport, 0018's wiring: vetted, linted and tested in place,
     # and the controller and the CLI build with the whole series
-    for pkg in ("./core/internal/memorygrant/...", "./core/internal/a2a/...", "./core/pkg/app/"):
+    for pkg in ("./core/internal/memorygrant/...", "./core/internal/a2a/...", "./core/pkg/app/",
+                "./core/cli/cmd/kagent/"):
         for what in (f"go vet {pkg} in place", f"golangci-lint {pkg} in place"):
             assert re.search(rf"^PASS\s+go-tests\s+\S+\s+{re.escape(what)}", out, re.M), what
         ran = re.search(rf"^PASS\s+go-tests\s+\S+\s+go test -race {re.escape(pkg)} in place: "
