@@ -250,6 +250,43 @@ async def test_adk_turn_benchmark_in_kagent_mode_at_a_tiny_size(database):
     assert "| governed-kagent |" in turn.render(result)
 
 
+async def test_adk_turn_benchmark_on_kagent_main_at_a_tiny_size(database):
+    """benchmarks/adk_turn.py --kagent-main: governed-kagent-main is timed through kagent
+    main's compiled controller over gRPC, one runtime grant per request, and its turns were
+    served (a refused request would be a cheaper turn)."""
+    import uuid
+
+    import go_controller
+
+    from kagent_governed_memory.keys import generate_private_key, public_key_pem
+
+    turn = _load("kgm_benchmarks_adk_turn", "adk_turn.py")
+    import _kagent_main
+
+    bridge = generate_private_key()
+    env = {"KAGENT_MEMORY_SCOPE_PUBLIC_KEYS": public_key_pem(bridge).decode(),
+           "KAGENT_MEMORY_SCOPE_ISSUER": turn.ISSUER}
+    running = _kagent_main.controller(database.admin_dsn, local_server=turn.LOCAL, env=env,
+                                      database=f"t_main_{uuid.uuid4().hex[:12]}")
+    try:
+        main = running.__enter__()
+    except go_controller.Unavailable as exc:
+        pytest.skip(f"KAGENT MAIN CONTROLLER NOT RUN: it cannot be compiled here ({exc})")
+    try:
+        result = await turn.measure(database.dsn, database.owner_dsn, sessions=2, turns=5,
+                                    facts=5, scopes=2, main=main, bridge_key=bridge)
+    finally:
+        running.__exit__(None, None, None)
+    assert len(result["times"]["governed-kagent-main"]["later"]) == 8
+    assert len(result["autosave"]["governed-kagent-main"]) == 2
+    served = result["outcomes"]["governed-kagent-main"]
+    assert served["request:ok"] == 20 and served["save:ok"] >= 2, served
+    assert served.get("prefetch:ok", 0) == 20, served  # the seeded facts were searched
+    # one grant per request: 4 sessions (2 warm-up) x 5 turns, and one per seeded scope
+    assert result["grants_minted"] == 20 + 2
+    assert "| governed-kagent-main |" in turn.render(result)
+
+
 async def test_scaling_step_at_a_tiny_size(database):
     """benchmarks/scaling.py's measuring step on both layouts; migration 000010 leaves
     memory_entry in the inline layout."""
