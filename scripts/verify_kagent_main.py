@@ -65,6 +65,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import kagent_main_crdcheck  # noqa: E402
+import kagent_main_helm  # noqa: E402
 import kagent_main_inplace as inplace  # noqa: E402
 from kagent_main_lint import LINT_VERSION, LINT_XTOOLS, lint_binary  # noqa: E402
 from kagent_main_inplace import run  # noqa: E402
@@ -72,7 +73,7 @@ from kagent_main_inplace import run  # noqa: E402
 REPO = Path(__file__).resolve().parent.parent
 SERIES = REPO / "patches" / "kagent-main"
 SCRIPTS = REPO / "scripts"
-STEPS = ("apply", "proto", "go", "go-tests", "crd", "python")
+STEPS = ("apply", "proto", "go", "go-tests", "crd", "python", "helm")
 GOTOOLCHAIN = "go1.27.3"
 IDENTITY = ["-c", "user.name=verify", "-c", "user.email=verify@localhost"]
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NOT_RUN = 0, 1, 2, 3
@@ -406,6 +407,13 @@ def main(argv: list[str] | None = None) -> int:
             step_crd(rep, src, work, base)
     if "python" in steps:
         step_python(rep, src, work, base)
+    if "helm" in steps:  # helm unittest and the off render on all patches in order
+        tree = work / "in-order"
+        fresh_tree(src, tree, base)
+        code, out, secs = apply(tree, patches())
+        for status, what, secs, out in (kagent_main_helm.verify(tree, src, base, work)
+                                        if code == 0 else [("FAIL", "does not apply", secs, out)]):
+            rep.line(status, "helm", what, secs, out)
     print(f"SUMMARY: {rep.ran} checks ran, {len(rep.failed)} failed; "
           f"{time.monotonic() - started:.0f}s")
     for failure in rep.failed:
