@@ -25,6 +25,8 @@ The series is a set of small pull requests, each standalone against the snapshot
   patches it names as prerequisites: ``0020`` on ``0010``), ruff and
   kagent-adk's unit tests in main's own lock (``uv sync --frozen``, Python 3.13):
   ``scripts/verify_main_python_pr.py``.
+* ``helm``: on all patches in order, ``helm unittest helm/kagent`` and ``helm template`` with
+  governed memory off byte-identical to BASE's: ``scripts/kagent_main_helm.py``.
 
 main's ``go.mod`` pins four module versions that the Go module proxy here refuses (403), so
 main itself does not build here unchanged.  ``scripts/kagent_main_modfile.py`` writes a
