@@ -25,6 +25,8 @@ The series is a set of small pull requests, each standalone against the snapshot
   patches it names as prerequisites: ``0020`` on ``0010``), ruff and
   kagent-adk's unit tests in main's own lock (``uv sync --frozen``, Python 3.13):
   ``scripts/verify_main_python_pr.py``.
+* ``helm``: on all patches in order, ``helm unittest helm/kagent`` and ``helm template`` with
+  governed memory off byte-identical to BASE's: ``scripts/kagent_main_helm.py``.
 
 main's ``go.mod`` pins four module versions that the Go module proxy here refuses (403), so
 main itself does not build here unchanged.  ``scripts/kagent_main_modfile.py`` writes a
@@ -65,6 +67,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import kagent_main_crdcheck  # noqa: E402
+import kagent_main_helm  # noqa: E402
 import kagent_main_inplace as inplace  # noqa: E402
 from kagent_main_lint import LINT_VERSION, LINT_XTOOLS, lint_binary  # noqa: E402
 from kagent_main_inplace import run  # noqa: E402
@@ -72,7 +75,7 @@ from kagent_main_inplace import run  # noqa: E402
 REPO = Path(__file__).resolve().parent.parent
 SERIES = REPO / "patches" / "kagent-main"
 SCRIPTS = REPO / "scripts"
-STEPS = ("apply", "proto", "go", "go-tests", "crd", "python")
+STEPS = ("apply", "proto", "go", "go-tests", "crd", "python", "helm")
 GOTOOLCHAIN = "go1.27.3"
 IDENTITY = ["-c", "user.name=verify", "-c", "user.email=verify@localhost"]
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NOT_RUN = 0, 1, 2, 3
@@ -406,6 +409,13 @@ def main(argv: list[str] | None = None) -> int:
             step_crd(rep, src, work, base)
     if "python" in steps:
         step_python(rep, src, work, base)
+    if "helm" in steps:  # helm unittest and the off render on all patches in order
+        tree = work / "in-order"
+        fresh_tree(src, tree, base)
+        code, out, secs = apply(tree, patches())
+        for status, what, secs, out in (kagent_main_helm.verify(tree, src, base, work)
+                                        if code == 0 else [("FAIL", "does not apply", secs, out)]):
+            rep.line(status, "helm", what, secs, out)
     print(f"SUMMARY: {rep.ran} checks ran, {len(rep.failed)} failed; "
           f"{time.monotonic() - started:.0f}s")
     for failure in rep.failed:
