@@ -25,7 +25,9 @@ Nothing else changes.  Two more library files are carried by later patches of th
   header saying so: the controller's connections keep their own ``search_path``, and a
   qualified call cannot be captured by a function of the same name elsewhere on it;
 * ``tests/vectors/scope_assertion_v1.json`` ->
-  ``go/core/internal/memoryscope/testdata/scope_assertion_v1.json`` (patch 0012), verbatim.
+  ``go/core/internal/memoryscope/testdata/scope_assertion_v1.json`` (patch 0012) and
+  ``python/packages/kagent-adk/tests/fixtures/scope_assertion_v1.json`` (patch 0022, the
+  runtime's verifier), verbatim.
 
 Stdlib only.  Usage::
 
@@ -51,6 +53,8 @@ QUERIES_PATCH = PATCHES / "0013-feat-memory-database-client-for-governed-memory.
 VECTORS_PATCH = PATCHES / "0012-feat-memoryscope-verify-bridge-signed-memory-scope-a.patch"
 QUERIES_PATH = "go/core/internal/database/governed_memory.sql"
 VECTORS_PATH = "go/core/internal/memoryscope/testdata/scope_assertion_v1.json"
+RUNTIME_VECTORS_PATCH = PATCHES / "0022-feat-adk-verify-the-memory-scope-assertion-in-the-ru.patch"
+RUNTIME_VECTORS_PATH = "python/packages/kagent-adk/tests/fixtures/scope_assertion_v1.json"
 SCHEMA = "governed_memory"
 QUERIES_HEADER = (
     "-- kagent-governed-memory's sql/queries.sql with every call of a governed function qualified\n"
@@ -112,6 +116,7 @@ def carried(sql_dir: Path, vectors: Path = base.DEFAULT_VECTORS) -> dict[Path, d
     queries = qualified_queries((sql_dir / "queries.sql").read_text(encoding="utf-8"))
     return {PATCH: generated(sql_dir),
             VECTORS_PATCH: {VECTORS_PATH: vectors.read_text(encoding="utf-8")},
+            RUNTIME_VECTORS_PATCH: {RUNTIME_VECTORS_PATH: vectors.read_text(encoding="utf-8")},
             QUERIES_PATCH: {QUERIES_PATH: queries}}
 
 

@@ -237,6 +237,7 @@ def test_the_python_pr_passes_ruff_and_kagent_adk_tests_in_mains_lock() -> None:
     # 0020 (governed memory in kagent-adk) is checked on its prerequisite 0010's generated stubs
     assert re.search(r"PASS    python .* 0020-\S+ on 0010: ruff", out), out
     assert re.search(r"PASS    python .* 0021-\S+ on 0010\+0020: ruff", out), out
+    assert re.search(r"PASS    python .* 0022-\S+ on 0010\+0020\+0021: ruff", out), out
 
 
 def test_the_chart_passes_helm_unittest_and_renders_unchanged_when_off() -> None:
