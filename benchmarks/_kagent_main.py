@@ -16,6 +16,7 @@ import base64
 import contextlib
 import hashlib
 import secrets
+import time
 import sys
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -46,19 +47,23 @@ class MainController:
 
 class Grants:
     """Mint one grant per forwarded request for Agent ``namespace/name`` (bound to the
-    request's assertion), revoke it after; ``minted`` counts them."""
+    request's assertion), revoke it after; ``minted`` counts them, ``mint_seconds`` times each
+    mint (one statement on one open connection, as the A2A transport's pool would run it)."""
 
     def __init__(self, conn: psycopg.AsyncConnection[object], namespace: str, name: str,
                  schema: str) -> None:
         self._conn, self._ns, self._name, self._schema = conn, namespace, name, schema
         self.minted = 0
+        self.mint_seconds: list[float] = []
 
     async def mint(self, assertion: str) -> str:
         grant = base64.urlsafe_b64encode(secrets.token_bytes(32)).rstrip(b"=").decode()
+        started = time.perf_counter()
         await self._conn.execute(
             f"SELECT {self._schema}.memory_grant_mint(%s, %s, %s, %s, %s, %s)",
             [_digest(grant), self._ns, self._name, str(uuid.uuid4()), "actor-bench",
              _digest(assertion)])
+        self.mint_seconds.append(time.perf_counter() - started)
         self.minted += 1
         return grant
 

@@ -281,7 +281,9 @@ async def measure(dsn: str, owner_dsn: str, *, sessions: int, turns: int, facts:
                     await adk_memory.add_session_to_memory(full)
         return {"times": times, "autosave": autosave, "sessions": sessions, "turns": turns,
                 "facts": facts, "outcomes": {k: _outcomes(readers[k]) for k in services},
-                "grants_minted": minter.minted if minter else 0}
+                "grants_minted": minter.minted if minter else 0,
+                "grant_mint_median_ms": (statistics.median(minter.mint_seconds) * 1000
+                                         if minter and minter.mint_seconds else None)}
     finally:
         await stack.aclose()
         await store.close()
@@ -367,7 +369,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(render(result))
         if result["grants_minted"]:
             print(f"\ngoverned-kagent-main: {result['grants_minted']} runtime grants minted "
-                  "(one per request, in the timed turn; revoked after it)")
+                  "(one per request, in the timed turn; revoked after it); one mint: median "
+                  f"{result['grant_mint_median_ms']:.2f} ms")
         for kind, counted in result["outcomes"].items():
             if counted:
                 print(f"\n{kind} outcomes (operation:outcome count): "

@@ -284,6 +284,7 @@ async def test_adk_turn_benchmark_on_kagent_main_at_a_tiny_size(database):
     assert served.get("prefetch:ok", 0) == 20, served  # the seeded facts were searched
     # one grant per request: 4 sessions (2 warm-up) x 5 turns, and one per seeded scope
     assert result["grants_minted"] == 20 + 2
+    assert result["grant_mint_median_ms"] > 0
     assert "| governed-kagent-main |" in turn.render(result)
 
 
