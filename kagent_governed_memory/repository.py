@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
-from .assertion import ScopeAssertion
+from .scope._assertion import ScopeAssertion
 from .identity import Principal, ScopeKey
 from .models import (
     ConsentReceipt,

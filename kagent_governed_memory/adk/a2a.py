@@ -56,7 +56,7 @@ from starlette.applications import Starlette
 
 from ..errors import InvalidInput, ReasonCode
 from ..identity import AgentIdentity
-from ..request import ASSERTION_HEADER, GRANT_HEADER, memory_request
+from ..scope._request import ASSERTION_HEADER, GRANT_HEADER, memory_request
 from .service import GovernedMemoryService
 from .tools import configure_governed_memory
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from ..errors import GovernanceError, ReasonCode
 from ..identity import AgentIdentity
 from ..repository import RuntimeRepository
-from ..request import RequestBinding
+from ..scope._request import RequestBinding
 
 __all__ = ["check_binding"]
 

@@ -17,17 +17,17 @@ from typing import TYPE_CHECKING, Any, cast
 from google.adk.memory.base_memory_service import BaseMemoryService, SearchMemoryResponse
 from google.adk.memory.memory_entry import MemoryEntry
 
-from .._validate import _check_fact
-from ..admission import Admission
+from ..store._validate import _check_fact
+from ..store._admission import Admission
 from ..embedding import Embedder
 from ..errors import GovernanceError, InvalidInput, ReasonCode
 from ..identity import AgentIdentity, ScopeKey
-from ..metering import Metering, Operation, traced
+from ..telemetry._metering import Metering, Operation, traced
 from ..models import ErasureReceipt, MemoryRecord
 from ..repository import ControlRepository, RuntimeRepository
-from ..request import RequestBinding, current_request
-from ..store import MAX_SEARCH_QUERIES
-from ..telemetry import SpanContentMode, check_adk_span_content
+from ..scope._request import RequestBinding, current_request
+from ..store._store import MAX_SEARCH_QUERIES
+from ..telemetry._spans import SpanContentMode, check_adk_span_content
 from ._outcomes import Admitted, SaveOutcome, _bounded_query
 from ._tasks import AutosaveTasks, _type_name
 from .recall import Recalled

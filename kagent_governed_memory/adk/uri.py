@@ -55,13 +55,13 @@ from urllib.parse import parse_qsl, urlencode, urlsplit
 
 import psycopg
 
-from ..controller import KagentControllerStore
+from ..kagent import KagentControllerStore
 from ..embedding import Embedder, HashingEmbedder, OpenAICompatibleEmbedder
 from ..errors import InvalidInput, ReasonCode
 from ..identity import AgentIdentity
 from ..policy import PROTOTYPE_POLICY, MemoryPolicy
-from ..store import GovernedMemoryStore
-from ..telemetry import SpanContentMode
+from ..store._store import GovernedMemoryStore
+from ..telemetry._spans import SpanContentMode
 from .service import GovernedMemoryService
 
 __all__ = ["KAGENT_SCHEMES", "SCHEME", "UriGovernedMemoryService", "memory_service_from_uri",

@@ -11,13 +11,13 @@ import signal
 import sys
 from typing import Any
 
-from ._cli_text import EXIT_FAILED, EXIT_OK, timestamp
-from ._logpin import pinned_dsn
-from .devdb import dev_database
-from .embedding import HashingEmbedder
-from .errors import ConsentRequired
-from .identity import AgentIdentity, MemoryScope, OriginKind, Principal, ScopeKey
-from .store import GovernedMemoryStore
+from ._text import EXIT_FAILED, EXIT_OK, timestamp
+from ..store._logpin import pinned_dsn
+from ..dev._database import dev_database
+from ..embedding import HashingEmbedder
+from ..errors import ConsentRequired
+from ..identity import AgentIdentity, MemoryScope, OriginKind, Principal, ScopeKey
+from ..store._store import GovernedMemoryStore
 
 __all__ = ["run_demo", "run_dev_db"]
 
@@ -80,8 +80,8 @@ async def _matrix_demo(args: argparse.Namespace) -> int:
               "transcript: drop --dsn and --json", file=sys.stderr)
         return EXIT_FAILED
     try:
-        from .matrix.demo import run_matrix_demo
-        from .matrix.homeserver import synapse_available
+        from ..matrix.demo import run_matrix_demo
+        from ..matrix.homeserver import synapse_available
     except ModuleNotFoundError:
         print("demo --matrix needs the matrix-demo extra: pip install "
               "'kagent-governed-memory[matrix-demo]'", file=sys.stderr)

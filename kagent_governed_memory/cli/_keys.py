@@ -9,9 +9,9 @@ import os
 import sys
 from pathlib import Path
 
-from ._cli_text import EXIT_CODES_POINTER
-from .errors import GovernanceError
-from .keys import (
+from ._text import EXIT_CODES_POINTER
+from ..errors import GovernanceError
+from ..scope._keys import (
     generate_private_key,
     key_id,
     load_private_key,

@@ -12,11 +12,11 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
-from . import __version__
-from ._cli_demo import run_demo, run_dev_db
-from ._cli_keys import add_key_commands
-from ._cli_registry import add_registry_commands
-from ._cli_text import (
+from .. import __version__
+from ._demo import run_demo, run_dev_db
+from ._keys import add_key_commands
+from ._registry import add_registry_commands
+from ._text import (
     DESCRIPTION,
     EXIT_CODES_HELP,
     EXIT_CODES_POINTER,
@@ -31,13 +31,13 @@ from ._cli_text import (
     fail,
     human_value,
 )
-from ._embedded import EmbeddedUnavailable
-from ._logpin import pinned_dsn
-from .errors import GovernanceError, ReasonCode, from_database_error
-from .identity import AgentIdentity, MemoryScope, OriginKind, Principal, ScopeKey
-from .migrations import LATEST_VERSION, migrate
-from .repository import ControlRepository, OperatorRepository
-from .store import GovernedMemoryStore
+from ..dev._embedded import EmbeddedUnavailable
+from ..store._logpin import pinned_dsn
+from ..errors import GovernanceError, ReasonCode, from_database_error
+from ..identity import AgentIdentity, MemoryScope, OriginKind, Principal, ScopeKey
+from ..store._migrations import LATEST_VERSION, migrate
+from ..repository import ControlRepository, OperatorRepository
+from ..store._store import GovernedMemoryStore
 
 __all__ = ["EXIT_CONFIGURATION", "EXIT_FAILED", "EXIT_OK", "EXIT_UNAVAILABLE", "EXIT_USAGE",
            "main"]
@@ -256,7 +256,7 @@ def _with_store(
             if args.dsn and os.environ.get("KGM_DSN") != args.dsn:
                 raise CliError(EXIT_USAGE, "invalid_argument",
                                "pass --dsn or --controller, not both")
-            from .kagent import KagentBridgeStore
+            from ..kagent import KagentBridgeStore
 
             async with KagentBridgeStore(args.controller, local_server=args.local_server,
                                          token_file=args.token_file) as bridge:

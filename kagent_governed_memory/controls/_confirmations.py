@@ -21,7 +21,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from .errors import ReasonCode, StoreUnavailable
+from ..errors import ReasonCode, StoreUnavailable
 
 if TYPE_CHECKING:
     from psycopg_pool import AsyncConnectionPool

@@ -17,8 +17,8 @@ from typing import Any, overload
 
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
-from .errors import InvalidIdentity, InvalidInput, ReasonCode
-from .identity import MemoryScope, OriginKind, Principal, server_name_of
+from ..errors import InvalidIdentity, InvalidInput, ReasonCode
+from ..identity import MemoryScope, OriginKind, Principal, server_name_of
 
 __all__ = [
     "ControlRoomCheck",

@@ -33,10 +33,10 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from ._embedded import BRIDGE_ROLE, DEV_MARKER, OPERATOR_ROLE, OWNER_ROLE, RUNTIME_ROLE
-from ._logpin import pinned_dsn
-from .assertion import sign_scope_assertion, verify_scope_assertion
-from .control_room import ControlRoomCheck
-from .controls import (
+from ..store._logpin import pinned_dsn
+from ..scope._assertion import sign_scope_assertion, verify_scope_assertion
+from ..controls._room import ControlRoomCheck
+from ..controls._controls import (
     ConfirmationRequired,
     ConsentReply,
     ErasureReply,
@@ -46,14 +46,14 @@ from .controls import (
     Notice,
     StatusReply,
 )
-from .devdb import DevDatabase
-from .errors import InvalidInput, ReasonCode
-from .identity import AgentIdentity, MemoryScope, OriginKind, Principal, ScopeKey
-from .keys import generate_private_key, key_id
-from .models import MemoryRecord
-from .policy import DEV_POLICY
-from .request import RequestBinding, memory_request
-from .store import GovernedMemoryStore
+from ._database import DevDatabase
+from ..errors import InvalidInput, ReasonCode
+from ..identity import AgentIdentity, MemoryScope, OriginKind, Principal, ScopeKey
+from ..scope._keys import generate_private_key, key_id
+from ..models import MemoryRecord
+from ..policy import DEV_POLICY
+from ..scope._request import RequestBinding, memory_request
+from ..store._store import GovernedMemoryStore
 
 __all__ = ["DEV_ISSUER", "DEV_POLICY", "ENABLE_ENV", "KAGENT_ENV", "DevBridge", "dev_database_at",
            "refusal"]

@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ._embedded import EmbeddedPostgres, EmbeddedUnavailable
-from .migrations import migrate
-from .policy import DEV_POLICY
-from .store import GovernedMemoryStore
+from ..store._migrations import migrate
+from ..policy import DEV_POLICY
+from ..store._store import GovernedMemoryStore
 
 __all__ = ["DevDatabase", "EmbeddedUnavailable", "dev_database"]
 

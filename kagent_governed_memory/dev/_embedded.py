@@ -150,7 +150,7 @@ def prepare_app_database(admin_dsn: str, database: str, template: str = "") -> N
     import psycopg
     from psycopg import sql
 
-    from ._logpin import pinned_dsn
+    from ..store._logpin import pinned_dsn
 
     with psycopg.connect(pinned_dsn(admin_dsn), autocommit=True) as conn:
         def has(role: str) -> bool:
@@ -205,7 +205,7 @@ def mark_dev_database(admin_dsn: str, database: str) -> None:
     import psycopg
     from psycopg import sql
 
-    from ._logpin import pinned_dsn
+    from ..store._logpin import pinned_dsn
 
     with psycopg.connect(pinned_dsn(admin_dsn), autocommit=True) as conn:
         conn.execute(sql.SQL("COMMENT ON DATABASE {} IS {}").format(

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from .. import _validate
+from ..store import _validate
 from ..errors import GovernanceError, InvalidInput, ReasonCode, error_for_reason
 from ..identity import ScopeKey
 from ..models import ForgetReceipt

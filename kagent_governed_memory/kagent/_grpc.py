@@ -37,7 +37,7 @@ import grpc.aio
 from google.rpc import error_details_pb2, status_pb2
 
 from ..errors import AdmissionDenied, GovernanceError, InvalidInput, ReasonCode, StoreUnavailable
-from ..request import ASSERTION_HEADER, GRANT_HEADER
+from ..scope._request import ASSERTION_HEADER, GRANT_HEADER
 from . import _grpc_codec as codec
 from ._answers import GRPC_AS_HTTP, _parsed, error_for, settle
 from ._http import DEFAULT_DEADLINE, DEFAULT_TIMEOUT, MAX_ANSWER_BYTES, TokenSource

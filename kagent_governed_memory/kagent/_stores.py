@@ -30,7 +30,7 @@ from ._http import (
     Transport,
     grpc_transport,
 )
-from .._validate import (
+from ..store._validate import (
     _check_limit,
     _check_local_server,
     _check_queries,
@@ -39,7 +39,7 @@ from .._validate import (
     _servable,
     _vector,
 )
-from ..assertion import ScopeAssertion
+from ..scope._assertion import ScopeAssertion
 from ..errors import GovernanceError, InvalidInput, ReasonCode, ScopeDenied
 from ..identity import AgentIdentity, Principal, ScopeKey
 from ..models import (
@@ -53,7 +53,7 @@ from ..models import (
     ScopeStatus,
 )
 from ..policy import PROTOTYPE_POLICY, MemoryPolicy
-from ..request import ASSERTION_HEADER, GRANT_HEADER, current_request
+from ..scope._request import ASSERTION_HEADER, GRANT_HEADER, current_request
 
 __all__ = ["KAGENT_TOKEN_PATH", "KagentBridgeStore", "KagentControllerStore"]
 

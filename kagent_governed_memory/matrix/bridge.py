@@ -46,8 +46,8 @@ from mautrix.types import (
     UserID,
 )
 
-from ..control_room import ControlRoomCheck
-from ..controls import (
+from ..controls._room import ControlRoomCheck
+from ..controls._controls import (
     AsyncConfirmationLedger,
     ConfirmationLedger,
     MemoryControls,

@@ -27,11 +27,11 @@ from mautrix.api import Method, Path as MatrixPath
 from mautrix.client import ClientAPI
 from mautrix.types import RoomID, UserID
 
-from ..devdb import dev_database
+from ..dev._database import dev_database
 from ..identity import AgentIdentity
-from ..keys import generate_private_key, key_id
+from ..scope._keys import generate_private_key, key_id
 from ..policy import DEV_POLICY
-from ..store import GovernedMemoryStore
+from ..store._store import GovernedMemoryStore
 from ._logs import quiet_logger
 from .bridge import AgentRoute, MatrixBridge, MatrixLogin
 from .homeserver import LocalHomeserver

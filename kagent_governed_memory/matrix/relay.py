@@ -24,11 +24,11 @@ from typing import Any, Protocol, runtime_checkable
 import httpx
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from ..assertion import ScopeAssertion, sign_scope_assertion, verify_scope_assertion
+from ..scope._assertion import ScopeAssertion, sign_scope_assertion, verify_scope_assertion
 from ..errors import GovernanceError, ReasonCode
 from ..identity import AgentIdentity, ScopeKey
-from ..keys import key_id
-from ..request import ASSERTION_HEADER
+from ..scope._keys import key_id
+from ..scope._request import ASSERTION_HEADER
 
 __all__ = ["A2ARelay", "RelayAnswer", "RelayError", "RequestRecorder", "room_context_id"]
 

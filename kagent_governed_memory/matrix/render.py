@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from ..controls import (
+from ..controls._controls import (
     ConfirmationRequired,
     ConsentReply,
     ErasureReply,

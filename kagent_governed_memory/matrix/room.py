@@ -21,7 +21,7 @@ from mautrix.api import Method, Path
 from mautrix.client import ClientAPI
 from mautrix.types import RoomCreatePreset, RoomID, UserID
 
-from ..control_room import REQUIRED_ROOM_VERSION, ControlRoomCheck, check_control_room_events
+from ..controls._room import REQUIRED_ROOM_VERSION, ControlRoomCheck, check_control_room_events
 from ..errors import ReasonCode
 from ..identity import Principal
 

@@ -50,8 +50,8 @@ import jwt
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from pydantic import BaseModel, model_validator
 
-from .errors import GovernanceError, InvalidIdentity, InvalidInput, ReasonCode, ScopeDenied
-from .identity import (
+from ..errors import GovernanceError, InvalidIdentity, InvalidInput, ReasonCode, ScopeDenied
+from ..identity import (
     _FROZEN,
     AgentIdentity,
     MemoryScope,
@@ -62,7 +62,7 @@ from .identity import (
     _valid_server_name,
 )
 from ._jws import ALGORITHM, _envelope
-from .keys import KID, key_id
+from ._keys import KID, key_id
 
 __all__ = [
     "DEFAULT_LEEWAY",

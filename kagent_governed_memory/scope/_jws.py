@@ -12,7 +12,7 @@ import binascii
 import re
 from typing import Any
 
-from .keys import _json_object
+from ._keys import _json_object
 
 ALGORITHM = "EdDSA"
 _HEADER = frozenset({"alg", "kid", "typ"})

@@ -28,7 +28,7 @@ from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from .errors import InvalidInput, ReasonCode
+from ..errors import InvalidInput, ReasonCode
 
 __all__ = [
     "PRIVATE_KEY_ENV",

@@ -20,11 +20,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import datetime
 
-from .errors import InvalidInput, ReasonCode
-from .identity import ScopeKey
-from .policy import MemoryPolicy
-from .repository import RuntimeRepository
-from .store import GovernedMemoryStore
+from ..errors import InvalidInput, ReasonCode
+from ..identity import ScopeKey
+from ..policy import MemoryPolicy
+from ..repository import RuntimeRepository
+from ._store import GovernedMemoryStore
 
 __all__ = ["Admission"]
 

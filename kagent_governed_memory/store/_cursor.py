@@ -15,8 +15,8 @@ import struct
 import uuid
 from datetime import UTC, datetime, timedelta
 
-from .errors import InvalidInput, ReasonCode
-from .identity import ScopeKey
+from ..errors import InvalidInput, ReasonCode
+from ..identity import ScopeKey
 
 _CURSOR = struct.Struct(">Bq16s")  # version, created_at (µs since epoch), entry id
 _CURSOR_TAG = 12

@@ -13,9 +13,9 @@ from typing import Any
 
 from ._statements import _Statements
 from ._validate import _key, _parse_entry_id
-from .errors import ErasureFailed, GovernanceError, InvalidInput, ReasonCode, StoreUnavailable
-from .identity import AgentIdentity, MemoryScope, Principal, ScopeKey
-from .models import ErasureReceipt, ForgetReceipt, OffboardReport, ScopeOutcome
+from ..errors import ErasureFailed, GovernanceError, InvalidInput, ReasonCode, StoreUnavailable
+from ..identity import AgentIdentity, MemoryScope, Principal, ScopeKey
+from ..models import ErasureReceipt, ForgetReceipt, OffboardReport, ScopeOutcome
 
 _log = logging.getLogger("kagent_governed_memory.store")
 _DISABLE_ATTEMPTS = 3

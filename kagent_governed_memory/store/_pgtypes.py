@@ -10,7 +10,7 @@ import psycopg
 from psycopg.adapt import Dumper
 
 from ._logpin import pinned_dsn
-from .errors import GovernanceError, ReasonCode, from_database_error
+from ..errors import GovernanceError, ReasonCode, from_database_error
 
 
 class _Vectors(list):  # type: ignore[type-arg]

@@ -17,9 +17,9 @@ from typing import Any
 from . import _sql
 from ._statements import _Statements
 from ._logpin import SETTINGS_COLUMNS
-from .errors import InvalidInput, ReasonCode
-from .identity import AgentIdentity
-from .policy import MemoryPolicy
+from ..errors import InvalidInput, ReasonCode
+from ..identity import AgentIdentity
+from ..policy import MemoryPolicy
 
 __all__: list[str] = []
 

@@ -23,9 +23,9 @@ from ._validate import (
     _key,
     _vector,
 )
-from .assertion import ScopeAssertion
-from .assertion import _audience as _servers
-from .errors import (
+from ..scope._assertion import ScopeAssertion
+from ..scope._assertion import _audience as _servers
+from ..errors import (
     AdmissionDenied,
     GovernanceError,
     InvalidInput,
@@ -33,9 +33,9 @@ from .errors import (
     ScopeDenied,
     _admission_refusal,
 )
-from .identity import ScopeKey
-from .models import MemoryRecord
-from .request import current_request
+from ..identity import ScopeKey
+from ..models import MemoryRecord
+from ..scope._request import current_request
 
 __all__ = ["MAX_SEARCH_LIMIT", "MAX_SEARCH_QUERIES"]
 

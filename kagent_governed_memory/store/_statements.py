@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .identity import ScopeKey
-from .policy import MemoryPolicy
+from ..identity import ScopeKey
+from ..policy import MemoryPolicy
 
 __all__: list[str] = []
 

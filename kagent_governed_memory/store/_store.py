@@ -25,7 +25,7 @@ from ._erasure import _Erasure
 from ._logpin import PINNED_LOG_SETTINGS, pinned_dsn
 from ._pgtypes import _login_probe, _VectorArrayDumper, _Vectors
 from ._policies import _LOGIN_CHECK, _LOGIN_SETTINGS_AT, _check_policy, _function_of, _Registry
-from ._runtime_ops import MAX_SEARCH_LIMIT, MAX_SEARCH_QUERIES, _audience, _RuntimeOps
+from ._runtime import MAX_SEARCH_LIMIT, MAX_SEARCH_QUERIES, _audience, _RuntimeOps
 from ._validate import (
     EMBEDDING_DIMENSION,
     _check_local_server,
@@ -33,25 +33,25 @@ from ._validate import (
     _reason,
     _servable,
 )
-from .assertion import CLASSIFICATION
-from .errors import (
+from ..scope._assertion import CLASSIFICATION
+from ..errors import (
     GovernanceError,
     InvalidInput,
     ReasonCode,
     StoreUnavailable,
     from_database_error,
 )
-from .identity import ScopeKey
-from .migrations import LATEST_VERSION, apply_migrations, schema_version
-from .models import (
+from ..identity import ScopeKey
+from ._migrations import LATEST_VERSION, apply_migrations, schema_version
+from ..models import (
     ConsentReceipt,
     InspectPage,
     MemoryRecord,
     ScopeStatus,
     StoreReport,
 )
-from .policy import PROTOTYPE_POLICY, MemoryPolicy
-from .sweeper import Sweeper
+from ..policy import PROTOTYPE_POLICY, MemoryPolicy
+from ._sweeper import Sweeper
 
 __all__ = ["EMBEDDING_DIMENSION", "MAX_PAGE_SIZE", "MAX_SEARCH_LIMIT", "MAX_SEARCH_QUERIES",
            "GovernedMemoryStore"]

@@ -14,7 +14,7 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 
-from .errors import GovernanceError
+from ..errors import GovernanceError
 
 __all__ = ["Sweeper"]
 

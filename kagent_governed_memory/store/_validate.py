@@ -16,8 +16,8 @@ from typing import Any, cast
 
 from pgvector import Vector
 
-from .errors import ConsentRequired, FactTooLarge, GovernanceError, InvalidInput, ReasonCode
-from .identity import Principal, ScopeKey
+from ..errors import ConsentRequired, FactTooLarge, GovernanceError, InvalidInput, ReasonCode
+from ..identity import Principal, ScopeKey
 
 __all__ = ["EMBEDDING_DIMENSION"]
 

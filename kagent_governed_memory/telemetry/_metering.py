@@ -17,7 +17,7 @@ from typing import Any, ParamSpec, TypeVar
 
 from opentelemetry import metrics, trace
 
-from .errors import ReasonCode
+from ..errors import ReasonCode
 
 __all__ = ["Metering", "Operation", "attributes", "traced"]
 

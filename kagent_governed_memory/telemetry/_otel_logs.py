@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .telemetry import UPSTREAM_PREFIXES, _is, allowed_attributes
+from ._spans import UPSTREAM_PREFIXES, _is, allowed_attributes
 
 __all__ = ["ContentFreeLogRecordProcessor"]
 

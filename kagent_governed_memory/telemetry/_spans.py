@@ -32,7 +32,7 @@ import threading
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
-from .errors import GovernanceError, InvalidInput, ReasonCode
+from ..errors import GovernanceError, InvalidInput, ReasonCode
 
 __all__ = [
     "ContentFreeLogging",
