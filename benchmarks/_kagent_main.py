@@ -110,7 +110,7 @@ def controller(admin_dsn: str, *, local_server: str, env: dict[str, str],
     import go_controller_main
     from go_controller import BRIDGE_SERVICE_ACCOUNT, service_account_token
 
-    from kagent_governed_memory._embedded import (
+    from kagent_governed_memory.dev import (
         CONTROLLER_ROLE,
         GRANTS_ROLE,
         OWNER_ROLE,

@@ -68,24 +68,23 @@ from google.genai import types  # noqa: E402
 from opentelemetry.sdk.metrics import MeterProvider  # noqa: E402
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader  # noqa: E402
 
-from kagent_governed_memory import (  # noqa: E402
+from kagent_governed_memory import (
     AgentIdentity,
     GovernedMemoryStore,
-    KagentBridgeStore,
     KagentControllerStore,
     MemoryScope,
     OriginKind,
     Principal,
     ScopeKey,
-    generate_private_key,
-    migrate,
-    sign_scope_assertion,
 )
+from kagent_governed_memory.kagent import KagentBridgeStore
+from kagent_governed_memory.scope import generate_private_key, sign_scope_assertion
+from kagent_governed_memory.store import migrate
 from kagent_governed_memory.adk import GovernedMemoryService, configure_governed_memory  # noqa: E402
 from kagent_governed_memory.adk.summariser import PROMPT  # noqa: E402
 from kagent_governed_memory.embedding import HashingEmbedder  # noqa: E402
-from kagent_governed_memory.keys import key_id  # noqa: E402
-from kagent_governed_memory.request import memory_request  # noqa: E402
+from kagent_governed_memory.scope import key_id  # noqa: E402
+from kagent_governed_memory.scope import memory_request  # noqa: E402
 
 LOCAL = "example.org"
 ISSUER = "https://bridge.example.org"
@@ -355,7 +354,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         owner, app = args.dsn, args.app_dsn or args.dsn
         result = _run(app, owner, args, args.controller_dsn or app)
     else:
-        from kagent_governed_memory._embedded import EmbeddedPostgres
+        from kagent_governed_memory.dev import EmbeddedPostgres
 
         with EmbeddedPostgres() as pg:
             # the controller's serving login (runtime + bridge + operator) where there is one
@@ -385,7 +384,7 @@ def _run(app: str, owner: str, args: argparse.Namespace, controller: str,
         return asyncio.run(measure(app, owner, **kw))
     sys.path.insert(0, str(_HERE.parent / "tests"))
     import go_controller
-    from kagent_governed_memory.keys import public_key_pem
+    from kagent_governed_memory.scope import public_key_pem
 
     asyncio.run(migrate(owner, local_server=LOCAL))  # the controller starts on a current schema
     bridge = generate_private_key()

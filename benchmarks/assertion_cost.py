@@ -22,14 +22,16 @@ from kagent_governed_memory import (
     MemoryScope,
     Principal,
     ScopeKey,
-    generate_private_key,
-    migrate,
     redeem_scope_assertion,
+)
+from kagent_governed_memory.scope import (
+    generate_private_key,
     sign_scope_assertion,
     verify_scope_assertion,
 )
-from kagent_governed_memory._embedded import EmbeddedPostgres
-from kagent_governed_memory.keys import key_id
+from kagent_governed_memory.store import migrate
+from kagent_governed_memory.dev import EmbeddedPostgres
+from kagent_governed_memory.scope import key_id
 
 ISSUER = "https://bridge.example.org"
 AGENT = AgentIdentity(namespace="kagent", name="my-agent")

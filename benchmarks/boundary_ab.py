@@ -26,8 +26,8 @@ from pgvector import Vector
 from pgvector.psycopg import register_vector
 from psycopg.conninfo import make_conninfo
 
-from kagent_governed_memory import migrate
-from kagent_governed_memory._embedded import EmbeddedPostgres
+from kagent_governed_memory.store import migrate
+from kagent_governed_memory.dev import EmbeddedPostgres
 from kagent_governed_memory.embedding import HashingEmbedder
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -353,7 +353,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             ap.error("--dsn needs --app-dsn and --admin-dsn")
         result = asyncio.run(run_floor(args.dsn, args.app_dsn, args.admin_dsn, size, say))
     else:
-        from kagent_governed_memory._embedded import EmbeddedPostgres
+        from kagent_governed_memory.dev import EmbeddedPostgres
         with EmbeddedPostgres() as pg:
             result = asyncio.run(run_floor(pg.owner_dsn, pg.dsn, pg.admin_dsn, size, say))
     print(json.dumps(result, indent=2) if args.json else render(result))

@@ -59,7 +59,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo  # noqa: E402
 import run as bench  # noqa: E402
 import scaling  # noqa: E402
 from kagent_governed_memory import GovernedMemoryStore  # noqa: E402
-from kagent_governed_memory.migrations import migrate  # noqa: E402
+from kagent_governed_memory.store import migrate  # noqa: E402
 from kagent_governed_memory.policy import PROTOTYPE_POLICY  # noqa: E402
 
 SOURCE_SCOPES = 1000  # generated facts and vectors; scopes past them reuse s % 1000
@@ -323,7 +323,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--buffers", default="25%", choices=("25%", "default"))
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
-    from kagent_governed_memory._embedded import EmbeddedPostgres
+    from kagent_governed_memory.dev import EmbeddedPostgres
 
     say = bench._progress(time.perf_counter())
     with EmbeddedPostgres() as pg:

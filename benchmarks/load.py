@@ -68,25 +68,27 @@ import run as bench  # noqa: E402  (benchmarks/run.py: upstream SQL, data, ident
 from upstream_sql import UpstreamSourceError, UpstreamSQL  # noqa: E402
 from upstream_sql import load as load_upstream_sql  # noqa: E402
 
-from kagent_governed_memory import (  # noqa: E402
+from kagent_governed_memory import (
     AgentIdentity,
     GovernanceError,
     GovernedMemoryStore,
     MemoryPolicy,
-    generate_private_key,
     redeem_scope_assertion,
+)
+from kagent_governed_memory.scope import (
+    generate_private_key,
     sign_scope_assertion,
     verify_scope_assertion,
 )
-from kagent_governed_memory.admission import Admission  # noqa: E402
+from kagent_governed_memory.store import Admission  # noqa: E402
 from kagent_governed_memory.errors import (  # noqa: E402
     AdmissionDenied,
     ConsentRequired,
     EntryCapReached,
     ScopeDenied,
 )
-from kagent_governed_memory.keys import key_id  # noqa: E402
-from kagent_governed_memory.migrations import migrate  # noqa: E402
+from kagent_governed_memory.scope import key_id  # noqa: E402
+from kagent_governed_memory.store import migrate  # noqa: E402
 
 ISSUER = "https://bridge.example.org"
 AGENT = AgentIdentity(namespace=bench.NAMESPACE, name=bench.AGENT)
@@ -561,7 +563,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                       keep=False, sides=sides, storm=not args.no_storm,
                                       progress=say))
     else:
-        from kagent_governed_memory._embedded import EmbeddedPostgres
+        from kagent_governed_memory.dev import EmbeddedPostgres
 
         with EmbeddedPostgres() as pg:
             result = asyncio.run(run_load(pg.owner_dsn, upstream, size, app_dsn=pg.dsn,

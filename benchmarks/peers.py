@@ -404,7 +404,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("peers.py: the peers are not installed: pip install -e '.[peers]'", file=sys.stderr)
         return 2
     logging.getLogger("mem0").setLevel(logging.ERROR)
-    from kagent_governed_memory._embedded import EmbeddedPostgres
+    from kagent_governed_memory.dev import EmbeddedPostgres
     say = lambda m: print(m, file=sys.stderr)  # noqa: E731
     with EmbeddedPostgres() as pg:
         result = asyncio.run(run_peers(pg, size, say))

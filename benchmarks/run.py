@@ -76,8 +76,8 @@ from kagent_governed_memory import (
     telemetry,
 )
 from kagent_governed_memory import _sql as governed_sql
-from kagent_governed_memory.admission import Admission
-from kagent_governed_memory.migrations import migrate
+from kagent_governed_memory.store import Admission
+from kagent_governed_memory.store import migrate
 from kagent_governed_memory.policy import PROTOTYPE_POLICY, MemoryPolicy
 
 LOCAL = "example.org"
@@ -1346,7 +1346,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                            schema=f"{SCHEMA}_{os.getpid()}", keep=args.keep,
                                            explain=args.explain, progress=say))
     else:
-        from kagent_governed_memory._embedded import EmbeddedPostgres
+        from kagent_governed_memory.dev import EmbeddedPostgres
 
         with EmbeddedPostgres() as pg:
             say("embedded PostgreSQL started")

@@ -42,8 +42,8 @@ import psycopg
 from pgvector import Vector
 from pgvector.psycopg import register_vector
 
-from kagent_governed_memory import migrate
-from kagent_governed_memory._embedded import EmbeddedPostgres
+from kagent_governed_memory.store import migrate
+from kagent_governed_memory.dev import EmbeddedPostgres
 
 ROOT = Path(__file__).resolve().parent.parent
 M12 = ROOT / "kagent_governed_memory/sql/migrations/000012_governed_memory_roles_policies.up.sql"

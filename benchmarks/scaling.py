@@ -51,7 +51,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo  # noqa: E402
 
 import run as bench  # noqa: E402
 from kagent_governed_memory import GovernedMemoryStore  # noqa: E402
-from kagent_governed_memory.migrations import migrate  # noqa: E402
+from kagent_governed_memory.store import migrate  # noqa: E402
 
 # what 000010 does to memory_entry (the toast layout undoes it, for the comparison)
 LAYOUTS = {
@@ -305,7 +305,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="instead: both layouts side by side, calls alternating "
                              "(--steps' first value scopes × --facts rows each)")
     args = parser.parse_args(argv)
-    from kagent_governed_memory._embedded import EmbeddedPostgres
+    from kagent_governed_memory.dev import EmbeddedPostgres
 
     say = bench._progress(time.perf_counter())
     if args.ab:

@@ -89,7 +89,7 @@ class Psql:
     """The embedded wheel's psql, as the superuser, on the server's Unix socket."""
 
     def __init__(self, admin_dsn: str) -> None:
-        from kagent_governed_memory._embedded import pg_bin_dir
+        from kagent_governed_memory.dev import pg_bin_dir
 
         parts = _dsn_parts(admin_dsn)
         parts["dbname"] = "postgres"
@@ -244,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
     packages = args.packages or DEFAULT_PACKAGES
 
     try:
-        from kagent_governed_memory._embedded import EmbeddedPostgres, EmbeddedUnavailable
+        from kagent_governed_memory.dev import EmbeddedPostgres, EmbeddedUnavailable
     except ImportError as exc:
         print(f"GO DB TESTS NOT RUN: cannot import kagent_governed_memory._embedded: {exc}")
         return 4

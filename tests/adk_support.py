@@ -26,10 +26,10 @@ from pydantic import Field, PrivateAttr
 from kagent_governed_memory import AgentIdentity, GovernedMemoryStore, ScopeKey
 from kagent_governed_memory.adk import GovernedMemoryService, configure_governed_memory
 from kagent_governed_memory.adk.summariser import PROMPT
-from kagent_governed_memory.assertion import sign_scope_assertion
+from kagent_governed_memory.scope import sign_scope_assertion
 from kagent_governed_memory.embedding import HashingEmbedder
-from kagent_governed_memory.keys import generate_private_key, key_id
-from kagent_governed_memory.request import memory_request
+from kagent_governed_memory.scope import generate_private_key, key_id
+from kagent_governed_memory.scope import memory_request
 
 # The bridge's signing key lives only here, in the "bridge"; the runtime side below is given
 # PUBLIC_KEYS (test_assertion_ledger asserts the service holds no private key).

@@ -29,7 +29,7 @@ from kagent_governed_memory import (
     Principal,
     ScopeKey,
 )
-from kagent_governed_memory._embedded import (
+from kagent_governed_memory.dev import (
     APP_ROLE,
     CONTROLLER_ROLE,
     OPERATOR_ROLE,
@@ -37,7 +37,7 @@ from kagent_governed_memory._embedded import (
     pg_ctl_executable,
     prepare_app_database,
 )
-from kagent_governed_memory.migrations import migrate
+from kagent_governed_memory.store import migrate
 from kagent_governed_memory.embedding import HashingEmbedder
 from kagent_governed_memory.policy import PROTOTYPE_POLICY
 # the session's private TMPDIR, checked empty at the end (tests/tmp_guard.py, docs/testing.md)

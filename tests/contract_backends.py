@@ -45,14 +45,14 @@ from kagent_governed_memory import (
     AgentIdentity,
     GovernanceError,
     GovernedMemoryStore,
-    KagentBridgeStore,
     KagentControllerStore,
     Principal,
     ScopeKey,
     memory_request,
 )
-from kagent_governed_memory.assertion import ScopeAssertion, sign_scope_assertion
-from kagent_governed_memory.keys import key_id
+from kagent_governed_memory.kagent import KagentBridgeStore
+from kagent_governed_memory.scope import ScopeAssertion, sign_scope_assertion
+from kagent_governed_memory.scope import key_id
 
 from conftest import CONTROLLER_BUDGETS
 

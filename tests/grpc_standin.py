@@ -35,7 +35,7 @@ from kagent_governed_memory import (
     StoreUnavailable,
     memory_request,
 )
-from kagent_governed_memory.assertion import ScopeAssertion
+from kagent_governed_memory.scope import ScopeAssertion
 from kagent_governed_memory.kagent._proto import governed_memory_pb2 as pb
 from kagent_governed_memory.kagent._proto import governed_memory_pb2_grpc as stubs
 

@@ -26,9 +26,10 @@ from go_controller import (
 )
 from matrix_support import AGENT, ISSUER, OTHER, World, closing_people, serve_governed, start_bridge
 
-from kagent_governed_memory import KagentBridgeStore, KagentControllerStore
-from kagent_governed_memory.keys import generate_private_key, key_id, public_key_pem
-from kagent_governed_memory.migrations import migrate
+from kagent_governed_memory import KagentControllerStore
+from kagent_governed_memory.kagent import KagentBridgeStore
+from kagent_governed_memory.scope import generate_private_key, key_id, public_key_pem
+from kagent_governed_memory.store import migrate
 
 NOT_RUN = "MATRIX KAGENT MODE NOT RUN"
 
@@ -113,7 +114,7 @@ def assert_served_by_the_controller(world: World) -> None:
     """Every store call of the walk went through the controller: it is the only login on the
     module's database, and its log has the bridge's routes (which only the bridge's
     ServiceAccount may call) and the agent runtime's."""
-    from kagent_governed_memory._embedded import CONTROLLER_ROLE
+    from kagent_governed_memory.dev import CONTROLLER_ROLE
 
     logins = database_logins(world.db)
     assert logins == {CONTROLLER_ROLE}, f"logins on the database besides the controller: {logins}"

@@ -25,12 +25,18 @@ from psycopg.conninfo import make_conninfo
 
 from conftest import LOCAL, POOL_TIMEOUT, Db
 from kagent_governed_memory import AgentIdentity, GovernedMemoryStore, MemoryPolicy
-from kagent_governed_memory._embedded import (
-    APP_ROLE, BRIDGE_ROLE, CONTROLLER_ROLE, OPERATOR_ROLE, OWNER_ROLE, RUNTIME_ROLE,
-    prepare_app_database)
+from kagent_governed_memory.dev import (
+    APP_ROLE,
+    BRIDGE_ROLE,
+    CONTROLLER_ROLE,
+    OPERATOR_ROLE,
+    OWNER_ROLE,
+    RUNTIME_ROLE,
+    prepare_app_database,
+)
 from kagent_governed_memory.embedding import HashingEmbedder
-from kagent_governed_memory.keys import generate_private_key, key_id
-from kagent_governed_memory.migrations import migrate
+from kagent_governed_memory.scope import generate_private_key, key_id
+from kagent_governed_memory.store import migrate
 from kagent_governed_memory.testing import ScriptedModel, ToolCall
 
 ISSUER = "https://bridge.example.org"

@@ -28,7 +28,7 @@ from conftest import make_key, migrated, open_store
 from google.adk.agents import LlmAgent
 from google.adk.sessions import InMemorySessionService
 
-from kagent_governed_memory import ASSERTION_HEADER, sign_scope_assertion
+from kagent_governed_memory.scope import ASSERTION_HEADER, sign_scope_assertion
 from kagent_governed_memory.adk import GovernedMemoryService
 from kagent_governed_memory.adk.a2a import governed_a2a_app
 
@@ -206,7 +206,7 @@ def test_the_header_name_is_case_insensitive_and_removed():
 def test_the_grant_header_is_taken_and_removed_too():
     from types import SimpleNamespace
 
-    from kagent_governed_memory import GRANT_HEADER
+    from kagent_governed_memory.scope import GRANT_HEADER
     from kagent_governed_memory.adk.a2a import _take_assertion
 
     state = {"headers": {"X-Kagent-Memory-Grant": "g", "x-kagent-memory-scope": "tok"}}
@@ -249,7 +249,7 @@ sys.modules["a2a"] = None  # as if a2a-sdk (google-adk[a2a]) were not installed
 import kagent_governed_memory
 from kagent_governed_memory import GovernedMemoryService
 try:
-    from kagent_governed_memory import governed_a2a_app
+    from kagent_governed_memory.adk.a2a import governed_a2a_app
 except ModuleNotFoundError as exc:
     print(exc)
 """
@@ -266,7 +266,7 @@ async def test_the_readme_block_serves_governed_memory(database, monkeypatch):
     """The README's bring-your-own block, as written: its ``build_app`` with the bridge's public
     key in KGM_ASSERTION_PUBLIC_KEYS, served on loopback, saves in one context and recalls in
     a new one."""
-    from kagent_governed_memory import public_key_pem
+    from kagent_governed_memory.scope import public_key_pem
 
     readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
     [block] = [b for b in re.findall(r"```python\n(.*?)```", readme, re.DOTALL)

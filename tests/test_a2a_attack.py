@@ -13,7 +13,7 @@ from adk_support import AGENT
 from conftest import make_key
 from test_a2a import a2a, bridge_sign, send  # noqa: F401  (a2a: the fixture)
 
-from kagent_governed_memory import ASSERTION_HEADER
+from kagent_governed_memory.scope import ASSERTION_HEADER
 
 
 async def test_concurrent_requests_keep_their_own_binding(a2a):  # noqa: F811

@@ -17,9 +17,9 @@ from adk_support import AGENT, ISSUER, PUBLIC_KEYS, build, context_id, save_plan
 from conftest import make_key, open_store, physical_rows, save
 
 from kagent_governed_memory import AgentIdentity, ReasonCode
-from kagent_governed_memory.admission import Admission
-from kagent_governed_memory.assertion import sign_scope_assertion
-from kagent_governed_memory.keys import generate_private_key
+from kagent_governed_memory.store import Admission
+from kagent_governed_memory.scope import sign_scope_assertion
+from kagent_governed_memory.scope import generate_private_key
 
 PURPOSE = "personal_preferences"
 FIVE_TURNS = ["I drink green tea every morning.", "My project is called Lighthouse.",
@@ -217,7 +217,7 @@ async def _turn_in_room(h, text, token, *, room):
     """The runtime observed the request in ``room``; the assertion names another room."""
     from google.genai import types
 
-    from kagent_governed_memory.request import memory_request
+    from kagent_governed_memory.scope import memory_request
 
     if "s1" not in h.sessions:
         s = await h.runner.session_service.create_session(app_name=AGENT.app_name, user_id="u")
@@ -474,7 +474,7 @@ async def test_adk_generic_api_uses_the_binding_not_user_id(store, database):
     from google.adk.memory.memory_entry import MemoryEntry
     from google.genai import types
 
-    from kagent_governed_memory.request import memory_request
+    from kagent_governed_memory.scope import memory_request
 
     h = build(store)
     alice, bob = make_key(), make_key("@bob:example.org")

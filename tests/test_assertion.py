@@ -21,7 +21,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from kagent_governed_memory import assertion as assertion_mod
-from kagent_governed_memory.assertion import (
+from kagent_governed_memory.scope import (
     MAX_LIFETIME,
     MAX_TOKEN_CHARS,
     ScopeAssertion,
@@ -43,7 +43,7 @@ from kagent_governed_memory.identity import (
     ScopeKey,
     ScopeKind,
 )
-from kagent_governed_memory.keys import generate_private_key, key_id
+from kagent_governed_memory.scope import generate_private_key, key_id
 
 LOCAL = "example.org"
 LOCALPART = "qz7sentinel-user"

@@ -23,8 +23,8 @@ from kagent_governed_memory import (
     ScopeDenied,
     memory_request,
     redeem_scope_assertion,
-    verify_scope_assertion,
 )
+from kagent_governed_memory.scope import verify_scope_assertion
 from kagent_governed_memory.adk import GovernedMemoryService
 
 PURPOSE = "personal_preferences"

@@ -19,15 +19,9 @@ from typing import Any
 
 import pytest
 
-from kagent_governed_memory import (
-    AgentIdentity,
-    InvalidInput,
-    ScopeDenied,
-    load_private_key,
-    load_public_keys,
-    verify_scope_assertion,
-)
-from kagent_governed_memory.assertion import MAX_TOKEN_CHARS
+from kagent_governed_memory import AgentIdentity, InvalidInput, ScopeDenied
+from kagent_governed_memory.scope import load_private_key, load_public_keys, verify_scope_assertion
+from kagent_governed_memory.scope import MAX_TOKEN_CHARS
 
 VECTORS = Path(__file__).parent / "vectors" / "scope_assertion_v1.json"
 DOC: dict[str, Any] = json.loads(VECTORS.read_text(encoding="utf-8"))
@@ -124,7 +118,7 @@ def test_t1_shared_key_set_vector(case: dict[str, Any]) -> None:
 
 
 def test_t1_the_test_private_keys_sign_what_the_public_keys_verify() -> None:
-    from kagent_governed_memory.keys import key_id
+    from kagent_governed_memory.scope import key_id
 
     public = load_public_keys(json.dumps(WITH["public_keys"]))
     for jwk in DOC["test_private_keys"]["keys"][:2]:

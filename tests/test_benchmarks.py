@@ -220,8 +220,8 @@ async def test_adk_turn_benchmark_in_kagent_mode_at_a_tiny_size(database):
     controller, and its turns were served (not refused, which would be cheaper)."""
     import go_controller
 
-    from kagent_governed_memory.keys import generate_private_key, public_key_pem
-    from kagent_governed_memory.migrations import migrate
+    from kagent_governed_memory.scope import generate_private_key, public_key_pem
+    from kagent_governed_memory.store import migrate
 
     turn = _load("kgm_benchmarks_adk_turn", "adk_turn.py")
     await migrate(database.owner_dsn, local_server="example.org")
@@ -258,7 +258,7 @@ async def test_adk_turn_benchmark_on_kagent_main_at_a_tiny_size(database):
 
     import go_controller
 
-    from kagent_governed_memory.keys import generate_private_key, public_key_pem
+    from kagent_governed_memory.scope import generate_private_key, public_key_pem
 
     turn = _load("kgm_benchmarks_adk_turn", "adk_turn.py")
     import _kagent_main
@@ -294,7 +294,7 @@ async def test_scaling_step_at_a_tiny_size(database):
     scaling = _load("kgm_benchmarks_scaling", "scaling.py")
     from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-    from kagent_governed_memory.migrations import migrate
+    from kagent_governed_memory.store import migrate
 
     dsn = await bench.prepare_schema(database.owner_dsn, "kgm_scale_tiny")
     opts = conninfo_to_dict(dsn)["options"]
@@ -350,7 +350,7 @@ def test_growth_benchmark_at_a_tiny_size():
     import asyncio
 
     from kagent_governed_memory import GovernedMemoryStore
-    from kagent_governed_memory._embedded import EmbeddedPostgres
+    from kagent_governed_memory.dev import EmbeddedPostgres
 
     with EmbeddedPostgres() as pg:
         out = growth.run_growth(pg, steps=[40, 80], small_rows=10, facts=5, iters=6, rounds=2,

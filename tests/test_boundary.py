@@ -20,7 +20,6 @@ from test_roles_and_policies import BRIDGE, OPERATOR, RUNTIME, SERVICE
 from test_roles_and_policies import executable as role_executes
 
 from kagent_governed_memory import (
-    Admission,
     ConsentRequired,
     GovernedMemoryStore,
     InvalidInput,
@@ -31,6 +30,7 @@ from kagent_governed_memory import (
     StaleGeneration,
     _sql,
 )
+from kagent_governed_memory.store import Admission
 
 PURPOSE = "personal_preferences"
 VERSION = "adr0023-prototype-1"
@@ -396,7 +396,7 @@ async def test_principal_is_issuer_and_subject_and_v1_admits_matrix_only(store, 
 
 
 async def test_unconfigured_store_grants_nobody(database):
-    from kagent_governed_memory import migrate
+    from kagent_governed_memory.store import migrate
 
     await migrate(database.owner_dsn)  # no local server recorded
     with app(database) as conn:

@@ -197,7 +197,7 @@ async def test_status_text_has_dates_zones_and_human_durations(database):
 def test_human_duration_and_timestamp():
     from datetime import datetime, timedelta, timezone
 
-    from kagent_governed_memory._cli_text import human_duration, timestamp
+    from kagent_governed_memory.cli import human_duration, timestamp
 
     assert human_duration(timedelta(days=7)) == "7 days"
     assert human_duration(timedelta(days=1, hours=2)) == "1 day 2 hours"

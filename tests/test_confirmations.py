@@ -16,7 +16,7 @@ from psycopg_pool import AsyncConnectionPool
 from test_controls import AGENTS, ALICE, PURPOSE, ROOM, checks, OK
 
 from kagent_governed_memory import ReasonCode
-from kagent_governed_memory.confirmations import (
+from kagent_governed_memory.controls import (
     InMemoryLedger,
     PostgresConfirmationLedger,
     SQLiteConfirmationLedger,

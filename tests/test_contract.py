@@ -63,9 +63,9 @@ from kagent_governed_memory import (
     OriginKind,
     Principal,
     ScopeKey,
-    migrate,
 )
-from kagent_governed_memory._embedded import (
+from kagent_governed_memory.store import migrate
+from kagent_governed_memory.dev import (
     APP_ROLE,
     CONTROLLER_ROLE,
     GRANTS_ROLE,
@@ -73,7 +73,7 @@ from kagent_governed_memory._embedded import (
     OWNER_ROLE,
     prepare_app_database,
 )
-from kagent_governed_memory.keys import generate_private_key, public_key_pem
+from kagent_governed_memory.scope import generate_private_key, public_key_pem
 
 LOCAL = "example.org"
 ISSUER = "https://bridge.example.org"
@@ -637,7 +637,7 @@ async def test_an_expired_assertion_still_serves_its_redeemed_request(controller
     import time
     from datetime import timedelta
 
-    from kagent_governed_memory.assertion import sign_scope_assertion
+    from kagent_governed_memory.scope import sign_scope_assertion
     key, backend, client = await _seeded(controller)
     try:
         token = sign_scope_assertion(key, private_key=BRIDGE_KEY, issuer=ISSUER,

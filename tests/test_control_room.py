@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from kagent_governed_memory.control_room import (
+from kagent_governed_memory.controls import (
     ControlRoomCheck,
     ControlRoomState,
     Membership,

@@ -19,13 +19,13 @@ from adk_support import AGENT, ISSUER, PUBLIC_KEYS, sign
 from kagent_governed_memory import (
     GovernanceError,
     InvalidInput,
-    KagentBridgeStore,
     KagentControllerStore,
     Principal,
     ReasonCode,
     StoreUnavailable,
     memory_request,
 )
+from kagent_governed_memory.kagent import KagentBridgeStore
 from kagent_governed_memory.kagent._http import MAX_ANSWER_BYTES
 
 LOCAL = "example.org"

@@ -36,10 +36,10 @@ from kagent_governed_memory import (
     OriginKind,
     Principal,
     ScopeKey,
-    migrate,
 )
-from kagent_governed_memory._embedded import CONTROLLER_ROLE, OWNER_ROLE, prepare_app_database
-from kagent_governed_memory.keys import generate_private_key, public_key_pem
+from kagent_governed_memory.store import migrate
+from kagent_governed_memory.dev import CONTROLLER_ROLE, OWNER_ROLE, prepare_app_database
+from kagent_governed_memory.scope import generate_private_key, public_key_pem
 
 LOCAL = "example.org"
 ISSUER = "https://bridge.example.org"

@@ -10,7 +10,7 @@ import pytest
 from conftest import make_key, physical_rows, save
 
 from kagent_governed_memory import AgentIdentity, Principal, ReasonCode
-from kagent_governed_memory.control_room import ControlRoomCheck
+from kagent_governed_memory.controls import ControlRoomCheck
 from kagent_governed_memory.controls import (
     ConfirmationRequired,
     ErasureReply,
@@ -224,7 +224,7 @@ async def test_consent_is_a_command_with_confirmation_and_the_policy_shown(contr
 
 
 async def test_every_content_bearing_reply_is_rechecked_right_before_sending(controls, alice):
-    from kagent_governed_memory import recheck_before_send
+    from kagent_governed_memory.controls import recheck_before_send
 
     drift = ControlRoomCheck(allowed=False, reason=ReasonCode.MEMBERS_MISMATCH)
     page = await run(controls, "!memory inspect my-agent")

@@ -27,12 +27,10 @@ from google.genai import types
 from psycopg.conninfo import make_conninfo
 
 from kagent_governed_memory import (
-    DEV_ISSUER,
     DEV_POLICY,
     PROTOTYPE_POLICY,
     AgentIdentity,
     DevBridge,
-    DevDatabase,
     GovernedMemoryStore,
     HashingEmbedder,
     InvalidInput,
@@ -40,9 +38,10 @@ from kagent_governed_memory import (
     ScopeDenied,
     dev_database,
     memory_request,
-    verify_scope_assertion,
 )
-from kagent_governed_memory._embedded import BRIDGE_ROLE, OPERATOR_ROLE, RUNTIME_ROLE
+from kagent_governed_memory.dev import DEV_ISSUER, DevDatabase
+from kagent_governed_memory.scope import verify_scope_assertion
+from kagent_governed_memory.dev import BRIDGE_ROLE, OPERATOR_ROLE, RUNTIME_ROLE
 from kagent_governed_memory.adk import GovernedMemoryService, configure_governed_memory
 from kagent_governed_memory.adk.dev import DevMemory
 from kagent_governed_memory.testing import ScriptedModel

@@ -10,15 +10,9 @@ import psycopg
 import pytest
 from psycopg.conninfo import make_conninfo
 
-from kagent_governed_memory import (
-    AgentIdentity,
-    DevBridge,
-    DevDatabase,
-    InvalidInput,
-    ReasonCode,
-    dev_database,
-)
-from kagent_governed_memory._embedded import BRIDGE_ROLE, DEV_MARKER, RUNTIME_ROLE
+from kagent_governed_memory import AgentIdentity, DevBridge, InvalidInput, ReasonCode, dev_database
+from kagent_governed_memory.dev import DevDatabase
+from kagent_governed_memory.dev import BRIDGE_ROLE, DEV_MARKER, RUNTIME_ROLE
 
 from conftest import LOCAL, migrated
 
@@ -68,7 +62,7 @@ def test_a_percent_sign_in_a_fix_sentence_cannot_break_or_feed_the_refusal_line(
     """The fix sentence is pasted into the WARNING's format string: a ``%`` in it (e.g. "100%",
     "%s") must render literally, not consume the line's arguments or raise."""
     from kagent_governed_memory.adk import refusals
-    from kagent_governed_memory.metering import Operation
+    from kagent_governed_memory.telemetry import Operation
 
     refusals._reset_for_tests()
     monkeypatch.setitem(refusals._FIXES, ReasonCode.RATE_LIMITED, "raise it by 100%s or %(x)s")

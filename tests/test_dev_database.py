@@ -15,13 +15,8 @@ import psycopg
 import pytest
 from conftest import make_key
 
-from kagent_governed_memory import (
-    DevDatabase,
-    EmbeddedUnavailable,
-    GovernedMemoryStore,
-    _embedded,
-    dev_database,
-)
+from kagent_governed_memory import GovernedMemoryStore, _embedded, dev_database
+from kagent_governed_memory.dev import DevDatabase, EmbeddedUnavailable
 
 PURPOSE = "personal_preferences"
 

@@ -27,15 +27,15 @@ from adk_support import AGENT, ISSUER, PUBLIC_KEYS, context_id, sign  # noqa: E4
 from conftest import LOCAL, make_key, vec  # noqa: E402
 from grpc_standin import StandIn, serve  # noqa: E402
 
-from kagent_governed_memory import (  # noqa: E402
+from kagent_governed_memory import (
     GovernanceError,
     GovernedMemoryStore,
-    KagentBridgeStore,
     KagentControllerStore,
     ReasonCode,
     StoreUnavailable,
     memory_request,
 )
+from kagent_governed_memory.kagent import KagentBridgeStore
 from kagent_governed_memory.kagent import _answers  # noqa: E402
 
 GRANT = "GRANT-SENTINEL-7f3a"

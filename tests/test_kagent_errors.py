@@ -14,11 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from kagent_governed_memory import (
-    InvalidInput,
-    KagentBridgeStore,
-    KagentControllerStore,
-    ReasonCode,
+from kagent_governed_memory import InvalidInput, KagentControllerStore, ReasonCode
+from kagent_governed_memory.kagent import KagentBridgeStore
+from kagent_governed_memory.scope import (
     generate_private_key,
     private_key_from_env,
     public_key_pem,

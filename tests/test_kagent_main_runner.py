@@ -32,13 +32,13 @@ from psycopg.conninfo import make_conninfo
 
 from kagent_governed_memory import (
     GovernanceError,
-    KagentBridgeStore,
     KagentControllerStore,
     ReasonCode,
     memory_request,
 )
-from kagent_governed_memory._embedded import GRANTS_ROLE
-from kagent_governed_memory.keys import public_key_pem
+from kagent_governed_memory.kagent import KagentBridgeStore
+from kagent_governed_memory.dev import GRANTS_ROLE
+from kagent_governed_memory.scope import public_key_pem
 
 PURPOSE = "personal_preferences"
 ENV = {"KAGENT_MEMORY_SCOPE_PUBLIC_KEYS": public_key_pem(BRIDGE_KEY).decode(),

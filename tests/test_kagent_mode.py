@@ -42,15 +42,15 @@ from google.adk.sessions.sqlite_session_service import SqliteSessionService
 from kagent_governed_memory import (
     ControlRepository,
     GovernanceError,
-    KagentBridgeStore,
     KagentControllerStore,
     ReasonCode,
     RuntimeRepository,
     StoreUnavailable,
     memory_request,
 )
-from kagent_governed_memory._embedded import CONTROLLER_ROLE
-from kagent_governed_memory.keys import public_key_pem
+from kagent_governed_memory.kagent import KagentBridgeStore
+from kagent_governed_memory.dev import CONTROLLER_ROLE
+from kagent_governed_memory.scope import public_key_pem
 
 PURPOSE = "personal_preferences"
 FIVE_TURNS = ["I drink green tea every morning.", "My project is called Lighthouse.",
@@ -442,7 +442,8 @@ async def test_no_sentinel_reaches_any_sink(mode: Mode, monkeypatch: Any) -> Non
 
 
 async def test_the_bridges_memory_commands_work_on_either_backend(mode: Mode) -> None:
-    from kagent_governed_memory import ControlRoomCheck, MemoryControls, Principal
+    from kagent_governed_memory import Principal
+    from kagent_governed_memory.controls import ControlRoomCheck, MemoryControls
     from kagent_governed_memory.controls import (
         ConfirmationRequired,
         ErasureReply,
@@ -558,8 +559,8 @@ async def test_the_readmes_byo_agent_runs_in_kagent_mode(mode: Mode, tmp_path: A
 
     import kagent_governed_memory.kagent._http as transport
     from kagent_governed_memory import HashingEmbedder
-    from kagent_governed_memory.assertion import sign_scope_assertion
-    from kagent_governed_memory.keys import public_key_pem
+    from kagent_governed_memory.scope import sign_scope_assertion
+    from kagent_governed_memory.scope import public_key_pem
 
     class Embeddings(BaseHTTPRequestHandler):
         def do_POST(self) -> None:

@@ -35,7 +35,7 @@ from kagent_runtime.runtime_venv import (
 )
 from psycopg.conninfo import make_conninfo
 
-from kagent_governed_memory._embedded import APP_ROLE, OWNER_ROLE, prepare_app_database
+from kagent_governed_memory.dev import APP_ROLE, OWNER_ROLE, prepare_app_database
 
 REPO = Path(__file__).resolve().parent.parent
 HERE = Path(__file__).resolve().parent / "kagent_runtime"
@@ -194,8 +194,8 @@ def _compiled_run(kagent_runtime, postgresql_proc, runtime: str, agent: str | No
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
     from go_controller import Unavailable, serve, service_account_token
 
-    from kagent_governed_memory._embedded import OPERATOR_ROLE
-    from kagent_governed_memory.keys import private_key_pem, public_key_pem
+    from kagent_governed_memory.dev import OPERATOR_ROLE
+    from kagent_governed_memory.scope import private_key_pem, public_key_pem
 
     name = f"g_{uuid.uuid4().hex[:16]}"
     base = make_conninfo(host=postgresql_proc.host, port=postgresql_proc.port,
@@ -208,7 +208,7 @@ def _compiled_run(kagent_runtime, postgresql_proc, runtime: str, agent: str | No
     bridge = Ed25519PrivateKey.generate()
     import asyncio
 
-    from kagent_governed_memory.migrations import migrate
+    from kagent_governed_memory.store import migrate
     asyncio.run(migrate(dsn["owner_dsn"], local_server="example.org"))
     server_env = {"KAGENT_MEMORY_SCOPE_PUBLIC_KEYS": public_key_pem(bridge).decode(),
                   "KAGENT_MEMORY_SCOPE_ISSUER": "https://bridge.example.org"}

@@ -34,7 +34,7 @@ from kagent_runtime.runtime_venv import (
 )
 from psycopg.conninfo import make_conninfo
 
-from kagent_governed_memory._embedded import APP_ROLE, OWNER_ROLE, prepare_app_database
+from kagent_governed_memory.dev import APP_ROLE, OWNER_ROLE, prepare_app_database
 
 import test_kagent_patch as on_0911  # the gates, asserted the same way on both releases
 

@@ -44,11 +44,7 @@ from kagent_runtime.runtime_venv import (
 )
 from psycopg.conninfo import make_conninfo
 
-from kagent_governed_memory._embedded import (
-    CONTROLLER_ROLE,
-    OWNER_ROLE,
-    prepare_app_database,
-)
+from kagent_governed_memory.dev import CONTROLLER_ROLE, OWNER_ROLE, prepare_app_database
 
 REPO = Path(__file__).resolve().parent.parent
 HERE = Path(__file__).resolve().parent / "kagent_runtime"
@@ -76,8 +72,8 @@ def report(tmp_path_factory, postgresql_proc) -> dict[str, Any]:
         service_account_token,
     )
 
-    from kagent_governed_memory.keys import private_key_pem, public_key_pem
-    from kagent_governed_memory.migrations import migrate
+    from kagent_governed_memory.scope import private_key_pem, public_key_pem
+    from kagent_governed_memory.store import migrate
 
     if shutil.which("git") is None:
         pytest.fail("git is needed to apply the patch series (git apply)", pytrace=False)

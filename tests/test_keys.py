@@ -19,20 +19,15 @@ from pathlib import Path
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from kagent_governed_memory import (
-    InvalidInput,
+from kagent_governed_memory import InvalidInput
+from kagent_governed_memory.scope import (
     generate_private_key,
     load_private_key,
     load_public_keys,
     private_key_from_env,
     public_keys_from_env,
 )
-from kagent_governed_memory.keys import (
-    key_id,
-    private_key_pem,
-    public_jwks,
-    public_key_pem,
-)
+from kagent_governed_memory.scope import key_id, private_key_pem, public_jwks, public_key_pem
 
 
 def run(*args: str, cwd: Path) -> subprocess.CompletedProcess:

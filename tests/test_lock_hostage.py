@@ -36,7 +36,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from kagent_governed_memory import ErasureFailed, ReasonCode, StoreUnavailable
 from kagent_governed_memory._sql import migrations
-from kagent_governed_memory.migrations import migrate
+from kagent_governed_memory.store import migrate
 
 PURPOSE = "personal_preferences"
 BOUND = 10.0  # seconds, for a withdrawal (three calls); docs/database-roles.md
@@ -217,8 +217,8 @@ async def test_a_runtime_login_in_an_open_transaction_after_a_bound_save(store, 
     from test_roles_and_policies import assertion_for, dsn_as
 
     from kagent_governed_memory import GovernedMemoryStore
-    from kagent_governed_memory._embedded import BRIDGE_ROLE, RUNTIME_ROLE
-    from kagent_governed_memory.request import memory_request
+    from kagent_governed_memory.dev import BRIDGE_ROLE, RUNTIME_ROLE
+    from kagent_governed_memory.scope import memory_request
 
     key = make_key()
     await _granted_with_facts(store, key)
@@ -249,7 +249,7 @@ async def test_a_bridge_login_in_an_open_transaction_after_a_forget(store, datab
     one entry is left uncommitted."""
     from test_roles_and_policies import dsn_as
 
-    from kagent_governed_memory._embedded import BRIDGE_ROLE
+    from kagent_governed_memory.dev import BRIDGE_ROLE
 
     key = make_key()
     await _granted_with_facts(store, key)
@@ -291,7 +291,7 @@ async def test_only_governed_logins_are_listed(store, database):
     sid = scope_uuid(database, key)
     from test_roles_and_policies import dsn_as
 
-    from kagent_governed_memory._embedded import BRIDGE_ROLE, RUNTIME_ROLE
+    from kagent_governed_memory.dev import BRIDGE_ROLE, RUNTIME_ROLE
 
     with squatter(database) as app, squatter(database, dsn=database.admin_dsn) as admin, \
             squatter(database, dsn=database.owner_dsn) as owner, \

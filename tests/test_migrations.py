@@ -11,7 +11,8 @@ import psycopg
 import pytest
 from conftest import LOCAL, make_key, open_store, save, scope_uuid, vec
 
-from kagent_governed_memory import ReasonCode, StoreUnavailable, _sql, migrate
+from kagent_governed_memory import ReasonCode, StoreUnavailable, _sql
+from kagent_governed_memory.store import migrate
 
 PURPOSE = "personal_preferences"
 GOVERNED_TABLES = {"memory_scope", "memory_entry", "memory_audit", "memory_config",

@@ -14,7 +14,7 @@ from opentelemetry import _logs
 from opentelemetry.sdk._logs import LoggerProvider
 from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter, SimpleLogRecordProcessor
 
-from kagent_governed_memory import ContentFreeLogRecordProcessor
+from kagent_governed_memory.telemetry import ContentFreeLogRecordProcessor
 
 PURPOSE = "personal_preferences"
 MODES = ["NO_CONTENT", "SPAN_ONLY", "EVENT_ONLY", "SPAN_AND_EVENT"]

@@ -53,7 +53,8 @@ _WITHOUT_ADK = """
 import sys
 sys.modules["google.adk"] = None  # as if google-adk were not installed
 import kagent_governed_memory
-from kagent_governed_memory import GovernedMemoryStore, sign_scope_assertion, cli
+from kagent_governed_memory import GovernedMemoryStore, cli
+from kagent_governed_memory.scope import sign_scope_assertion
 assert "google.adk.agents" not in sys.modules
 try:
     from kagent_governed_memory import GovernedMemoryService

@@ -28,7 +28,7 @@ from test_roles_and_policies import (
 )
 
 from kagent_governed_memory import GovernedMemoryStore
-from kagent_governed_memory._embedded import BRIDGE_ROLE, RUNTIME_ROLE
+from kagent_governed_memory.dev import BRIDGE_ROLE, RUNTIME_ROLE
 
 _CALL = ("SELECT generation, refused, admit_state FROM memory_redeem_admit(%s, %s, %s, %s, %s,"
          " %s, %s, %s, %s, %s, " + AUDIENCE + ", %s, %s)")
@@ -174,7 +174,7 @@ async def test_the_direct_store_redeems_and_admits_in_one_round_trip(store, data
     deprecated service login (which may not call memory_redeem_admit): the two calls, with the
     same answers."""
     from kagent_governed_memory import ReasonCode
-    from kagent_governed_memory.request import memory_request
+    from kagent_governed_memory.scope import memory_request
 
     alice = make_key()
     await store.grant(alice, purpose=PURPOSE)

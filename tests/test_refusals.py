@@ -18,15 +18,13 @@ from conftest import make_key
 from google.genai import types
 
 from kagent_governed_memory import (
-    Admission,
     GovernanceError,
     GovernedMemoryService,
     HashingEmbedder,
-    load_private_key,
-    load_public_keys,
     memory_request,
-    public_keys_from_env,
 )
+from kagent_governed_memory.scope import load_private_key, load_public_keys, public_keys_from_env
+from kagent_governed_memory.store import Admission
 from kagent_governed_memory.adk import refusals as refusals_module
 from kagent_governed_memory.controls import MemoryControls
 

@@ -23,10 +23,10 @@ from kagent_governed_memory import (
     ScopeDenied,
     StoreUnavailable,
 )
-from kagent_governed_memory._embedded import BRIDGE_ROLE, RUNTIME_ROLE
-from kagent_governed_memory.assertion import ScopeAssertion
+from kagent_governed_memory.dev import BRIDGE_ROLE, RUNTIME_ROLE
+from kagent_governed_memory.scope import ScopeAssertion
 from kagent_governed_memory.policy import PROTOTYPE_POLICY
-from kagent_governed_memory.request import memory_request
+from kagent_governed_memory.scope import memory_request
 
 PURPOSE = "personal_preferences"
 VERSION = PROTOTYPE_POLICY.version

@@ -21,13 +21,13 @@ from kagent_governed_memory import (
     InvalidInput,
     ReasonCode,
     StoreUnavailable,
-    install_content_free_logging,
 )
+from kagent_governed_memory.telemetry import install_content_free_logging
 from kagent_governed_memory.adk import GovernedMemoryService
 from kagent_governed_memory.controls import ErasureReply, MemoryControls, Notice
 from kagent_governed_memory.embedding import HashingEmbedder
-from kagent_governed_memory.metering import Operation
-from kagent_governed_memory.request import memory_request
+from kagent_governed_memory.telemetry import Operation
+from kagent_governed_memory.scope import memory_request
 from kagent_governed_memory.store import _CURSOR, _cursor_tag
 
 PURPOSE = "personal_preferences"

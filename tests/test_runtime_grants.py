@@ -16,7 +16,7 @@ import pytest
 from conftest import migrated
 from test_roles_and_policies import connect, executable, refused
 
-from kagent_governed_memory._embedded import (
+from kagent_governed_memory.dev import (
     BRIDGE_ROLE,
     CONTROLLER_ROLE,
     GRANTS_GROUP,

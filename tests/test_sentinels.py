@@ -29,13 +29,13 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from kagent_governed_memory import (
-    Admission,
     GovernanceError,
     HashingEmbedder,
     MemoryPolicy,
     OpenAICompatibleEmbedder,
     ProviderError,
 )
+from kagent_governed_memory.store import Admission
 from kagent_governed_memory.telemetry import ContentFreeSpanProcessor, install_content_free_logging
 
 PURPOSE = "personal_preferences"

@@ -34,7 +34,7 @@ from kagent_governed_memory import (
     ReasonCode,
     StaleGeneration,
 )
-from kagent_governed_memory._logpin import PIN_OPTIONS, PINNED_LOG_SETTINGS, pinned_dsn
+from kagent_governed_memory.store import PIN_OPTIONS, PINNED_LOG_SETTINGS, pinned_dsn
 from kagent_governed_memory.policy import PROTOTYPE_POLICY
 
 PURPOSE = "personal_preferences"

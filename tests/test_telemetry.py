@@ -212,7 +212,7 @@ def test_adk_span_content_check_agrees_with_adk(monkeypatch, value):
 def test_metric_and_span_attributes_follow_otel_semantic_conventions() -> None:
     """error.type on failure only; gen_ai.operation.name where an OTel GenAI operation fits;
     our own attributes namespaced (kgm.memory.*); closed sets, no content."""
-    from kagent_governed_memory.metering import Operation, attributes
+    from kagent_governed_memory.telemetry import Operation, attributes
 
     assert attributes(Operation.SAVE) == {"kgm.memory.operation": "save",
                                           "kgm.memory.outcome": "ok"}

@@ -20,11 +20,36 @@ and what is logged.  Sweeping and the invariant report stay database-side operat
 controller sweeps expired rows on its own timer).
 
 Layout: ``_stores`` holds the two stores, written against a transport's one call (a route, a
-JSON-shaped body, the operation's name, whether a retry is safe); ``_http`` is the transport
-for the v0.9.x carry series' HTTP listener; ``_answers`` turns an answer into the library's
-models and a refusal into the library's errors, for every transport alike.
+JSON-shaped body, the operation's name, whether a retry is safe), on ``_client``'s shared part,
+which picks the transport; ``_http`` is the transport for the v0.9.x carry series' HTTP
+listener, ``_grpc`` (with ``_grpc_codec``) the one for kagent main's gRPC service, and
+``_transport`` what both share (token files, the bearer token source, bounds); ``_answers``
+turns an answer into the library's models and a refusal into the library's errors, for every
+transport alike.  ``protos`` gives kagent main's generated protocol buffers (the
+``kagent-main`` extra).
 """
 
 from ._stores import KagentBridgeStore, KagentControllerStore
+from ._transport import (
+    DEFAULT_DEADLINE,
+    DEFAULT_TIMEOUT,
+    GOVERNED_MEMORY_TOKEN_FILE_ENV,
+    GOVERNED_MEMORY_TOKEN_PATH,
+    KAGENT_TOKEN_PATH,
+    MAX_ANSWER_BYTES,
+    TokenSource,
+    default_token_file,
+)
 
-__all__ = ["KagentBridgeStore", "KagentControllerStore"]
+__all__ = [
+    "DEFAULT_DEADLINE",
+    "DEFAULT_TIMEOUT",
+    "GOVERNED_MEMORY_TOKEN_FILE_ENV",
+    "GOVERNED_MEMORY_TOKEN_PATH",
+    "KAGENT_TOKEN_PATH",
+    "MAX_ANSWER_BYTES",
+    "KagentBridgeStore",
+    "KagentControllerStore",
+    "TokenSource",
+    "default_token_file",
+]

@@ -40,8 +40,8 @@ from ..errors import AdmissionDenied, GovernanceError, InvalidInput, ReasonCode,
 from ..scope._request import ASSERTION_HEADER, GRANT_HEADER
 from . import _grpc_codec as codec
 from ._answers import GRPC_AS_HTTP, _parsed, error_for, settle
-from ._http import DEFAULT_DEADLINE, DEFAULT_TIMEOUT, MAX_ANSWER_BYTES, TokenSource
 from ._proto import governed_memory_pb2_grpc as stubs
+from ._transport import DEFAULT_DEADLINE, DEFAULT_TIMEOUT, MAX_ANSWER_BYTES, TokenSource
 
 __all__ = ["ERROR_DOMAIN", "GRANT_HEADER", "GrpcTransport"]
 

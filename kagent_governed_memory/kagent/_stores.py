@@ -22,14 +22,8 @@ from ._answers import (
     _time,
     scope_body,
 )
-from ._http import (
-    DEFAULT_DEADLINE,
-    DEFAULT_TIMEOUT,
-    KAGENT_TOKEN_PATH,
-    TokenSource,
-    Transport,
-    grpc_transport,
-)
+from ._client import _Client
+from ._transport import DEFAULT_DEADLINE, DEFAULT_TIMEOUT, KAGENT_TOKEN_PATH
 from ..store._validate import (
     _check_limit,
     _check_local_server,
@@ -60,69 +54,6 @@ __all__ = ["KAGENT_TOKEN_PATH", "KagentBridgeStore", "KagentControllerStore"]
 _MAX_QUERIES = 8  # the API's bounds, as the direct store's
 _MAX_LIMIT = 50
 _MAX_PAGE = 50
-
-
-class _Client:
-    """What both sides share: the transport, the policy and the local homeserver."""
-
-    def __init__(self, url: str, *, local_server: str, policy: MemoryPolicy,
-                 token: str | Callable[[], str] | None, token_file: str | Path | None,
-                 headers: Mapping[str, str], timeout: httpx.Timeout | float,
-                 deadline: float, client: httpx.AsyncClient | None, runtime: bool) -> None:
-        _check_local_server(local_server)
-        if not isinstance(policy, MemoryPolicy):
-            raise InvalidInput(ReasonCode.INVALID_POLICY)
-        self._local_server = local_server
-        self._policy = policy
-        self._http: Transport | Any
-        if isinstance(url, str) and url.startswith(("grpc://", "grpcs://")):
-            self._http = grpc_transport(url, runtime=runtime, token=token,
-                                        token_file=token_file, timeout=timeout,
-                                        deadline=deadline, client=client)
-        else:
-            self._http = Transport(url, tokens=TokenSource(token, token_file), headers=headers,
-                                   timeout=timeout, deadline=deadline, client=client)
-
-    @property
-    def policy(self) -> MemoryPolicy:
-        return self._policy
-
-    @property
-    def local_server(self) -> str:
-        return self._local_server
-
-    async def aclose(self) -> None:
-        await self._http.aclose()
-
-    async def close(self) -> None:
-        await self.aclose()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
-
-    def _servable(self, key: ScopeKey) -> None:
-        _servable(key, self._local_server)
-
-    async def _call(self, route: str, key: ScopeKey, body: dict[str, Any], *,
-                    idempotent: bool) -> dict[str, Any]:
-        raise NotImplementedError  # each side sends its own credentials
-
-    async def forget(self, key: ScopeKey, entry_id: str) -> ForgetReceipt:
-        """Delete one entry and verify it unreadable (the runtime within a request, or the
-        bridge for its subject).  An absent, foreign or malformed id: ``deleted=0``."""
-        if not isinstance(entry_id, str):
-            raise InvalidInput(ReasonCode.INVALID_ARGUMENT, field="entry_id")
-        data = await self._call("forget", key, {"entry_id": entry_id}, idempotent=True)
-        return _receipt(ForgetReceipt, key, data)
-
-    def _record(self, key: ScopeKey, m: Any) -> MemoryRecord:
-        return _parsed(lambda: MemoryRecord(
-            id=str(m["id"]), text=str(m["content"]), scope=key,
-            created_at=_time(m["created_at"]), expires_at=_time(m["expires_at"]),
-            distance=None if m.get("score") is None else 1.0 - float(m["score"])))
 
 
 class KagentControllerStore(_Client):

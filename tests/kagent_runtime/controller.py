@@ -30,7 +30,6 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from kagent_governed_memory import (
-    Admission,
     AgentIdentity,
     GovernanceError,
     GovernedMemoryStore,
@@ -39,7 +38,8 @@ from kagent_governed_memory import (
     ReasonCode,
     ScopeKey,
 )
-from kagent_governed_memory.assertion import ScopeAssertion, verify_scope_assertion
+from kagent_governed_memory.store import Admission
+from kagent_governed_memory.scope import ScopeAssertion, verify_scope_assertion
 from kagent_governed_memory.ledger import redeem_scope_assertion
 
 _STATUS = {

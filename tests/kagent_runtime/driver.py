@@ -148,15 +148,15 @@ from kagent_governed_memory import (
     Principal,
     ScopeKey,
 )
-from kagent_governed_memory.assertion import sign_scope_assertion
+from kagent_governed_memory.scope import sign_scope_assertion
 from kagent_governed_memory.embedding import HashingEmbedder
-from kagent_governed_memory.keys import (
+from kagent_governed_memory.scope import (
     generate_private_key,
     key_id,
     load_private_key,
     public_key_pem,
 )
-from kagent_governed_memory.migrations import migrate
+from kagent_governed_memory.store import migrate
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from controller import TestController

@@ -59,7 +59,7 @@ from kagent.adk import KAgentApp
 from kagent.adk.types import AgentConfig
 from pydantic import PrivateAttr
 
-from kagent_governed_memory import KagentBridgeStore
+from kagent_governed_memory.kagent import KagentBridgeStore
 
 CONTROLLER_URL = os.environ["KGM_TEST_CONTROLLER_URL"]  # the governed listener
 SESSIONS_URL = os.environ["KGM_TEST_SESSIONS_URL"]  # kagent's main API: sessions, tasks
