@@ -53,8 +53,10 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import run as bench  # noqa: E402  (benchmarks/run.py: data, identities, statistics)
 
-from kagent_governed_memory._pgtypes import _Vectors  # noqa: E402
-from kagent_governed_memory._validate import _key  # noqa: E402
+from kagent_governed_memory.testing import pgtypes_module, validate_module  # noqa: E402
+
+_Vectors = pgtypes_module._Vectors
+_key = validate_module._key
 
 SEARCH_TARGET = 1.25
 SAVE_TARGET = 1.5

@@ -75,7 +75,7 @@ from kagent_governed_memory import (
     ScopeKey,
     telemetry,
 )
-from kagent_governed_memory import _sql as governed_sql
+from kagent_governed_memory import store as governed_sql
 from kagent_governed_memory.store import Admission
 from kagent_governed_memory.store import migrate
 from kagent_governed_memory.policy import PROTOTYPE_POLICY, MemoryPolicy

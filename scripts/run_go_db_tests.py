@@ -5,7 +5,7 @@ kagent's Go DB tests start ``pgvector/pgvector:pg18`` through testcontainers, wh
 container engine.  The series' ``test(dbtest)`` commit adds a seam: when
 ``KAGENT_TEST_DATABASE_URL`` names a PostgreSQL server, every test database is created there
 (random name, dropped on cleanup) instead.  This script starts the library's embedded
-PostgreSQL 18 + pgvector (``kagent_governed_memory._embedded``), points the seam at it as the
+PostgreSQL 18 + pgvector (``kagent_governed_memory.dev``), points the seam at it as the
 superuser (the tests create databases, the vector extension and the schema, as with the
 container) and runs ``go test -race -count=1`` package by package in ``TREE/go``, as kagent's
 CI does (``go test -race ./...``).
@@ -246,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         from kagent_governed_memory.dev import EmbeddedPostgres, EmbeddedUnavailable
     except ImportError as exc:
-        print(f"GO DB TESTS NOT RUN: cannot import kagent_governed_memory._embedded: {exc}")
+        print(f"GO DB TESTS NOT RUN: cannot import kagent_governed_memory.dev: {exc}")
         return 4
 
     go_version = subprocess.run([go, "version"], capture_output=True, text=True,

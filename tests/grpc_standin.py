@@ -36,8 +36,8 @@ from kagent_governed_memory import (
     memory_request,
 )
 from kagent_governed_memory.scope import ScopeAssertion
-from kagent_governed_memory.kagent._proto import governed_memory_pb2 as pb
-from kagent_governed_memory.kagent._proto import governed_memory_pb2_grpc as stubs
+from kagent_governed_memory.kagent.protos import governed_memory_pb2 as pb
+from kagent_governed_memory.kagent.protos import governed_memory_pb2_grpc as stubs
 
 DOMAIN = "memory.kagent.dev"
 RUNTIME = {"Redeem", "Admit", "Save", "Search"}  # Forget: runtime with an assertion, else bridge

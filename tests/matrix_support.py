@@ -121,7 +121,7 @@ class Person:
     def __init__(self, hs: Any, user_id: str, token: str) -> None:
         from mautrix.client import ClientAPI
 
-        from kagent_governed_memory.matrix._logs import quiet_logger
+        from kagent_governed_memory.matrix import quiet_logger
 
         self.user_id = user_id
         self.client = ClientAPI(mxid=user_id, base_url=hs.url, token=token, log=quiet_logger())

@@ -28,8 +28,8 @@ from kagent_governed_memory import (
     ReasonCode,
     ScopeDenied,
     StaleGeneration,
-    _sql,
 )
+from kagent_governed_memory import store as governed_sql
 from kagent_governed_memory.store import Admission
 
 PURPOSE = "personal_preferences"
@@ -423,7 +423,7 @@ async def test_missing_service_role_fails_the_migration_with_a_clear_message(dat
     """A migrating role that may not create roles, on a cluster without the service role:
     the migration stops with KGR01 and says what to run (in a transaction rolled back after,
     so the cluster's role stays)."""
-    up = _sql.migrations()[0].up
+    up = governed_sql.migrations()[0].up
     with database.admin() as conn:
         conn.execute("BEGIN")
         try:

@@ -12,7 +12,7 @@ import sys
 
 from conftest import make_key, open_store, save
 
-from kagent_governed_memory import _sql
+from kagent_governed_memory import store as governed_sql
 
 PURPOSE = "personal_preferences"
 
@@ -55,7 +55,7 @@ async def test_operator_commands_are_content_free(database):
     assert json.loads(as_app.stdout)["error"] == "permission_denied" and not as_app.stderr
     migrate = run("migrate", "--dsn", database.owner_dsn, "--json")
     assert migrate.returncode == 0, migrate.stderr
-    assert json.loads(migrate.stdout)["applied"] == [m.version for m in _sql.migrations()]
+    assert json.loads(migrate.stdout)["applied"] == [m.version for m in governed_sql.migrations()]
     store = await open_store(database)
     key = make_key()
     try:

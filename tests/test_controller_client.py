@@ -26,7 +26,7 @@ from kagent_governed_memory import (
     memory_request,
 )
 from kagent_governed_memory.kagent import KagentBridgeStore
-from kagent_governed_memory.kagent._http import MAX_ANSWER_BYTES
+from kagent_governed_memory.kagent import MAX_ANSWER_BYTES
 
 LOCAL = "example.org"
 FACT = "FACTSENTINEL-likes-green-tea"
@@ -86,7 +86,7 @@ async def test_an_unusable_token_is_no_token_and_never_echoed(token: str) -> Non
 
 
 async def test_the_token_file_is_reread_when_rotated_and_bounded(tmp_path: Any) -> None:
-    from kagent_governed_memory.kagent._http import TokenSource
+    from kagent_governed_memory.kagent import TokenSource
 
     path = tmp_path / "kagent-token"
     path.write_text("first-token\n")

@@ -15,7 +15,8 @@ import psycopg
 import pytest
 from conftest import make_key
 
-from kagent_governed_memory import GovernedMemoryStore, _embedded, dev_database
+from kagent_governed_memory import GovernedMemoryStore, dev_database
+from kagent_governed_memory.testing import embedded_module as _embedded
 from kagent_governed_memory.dev import DevDatabase, EmbeddedUnavailable
 
 PURPOSE = "personal_preferences"

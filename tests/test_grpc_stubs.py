@@ -28,7 +28,7 @@ def test_stubs_are_what_the_script_generates() -> None:
 
 def test_the_stub_calls_mains_paths() -> None:
     grpc = pytest.importorskip("grpc")
-    from kagent_governed_memory.kagent._proto import governed_memory_pb2_grpc as stubs
+    from kagent_governed_memory.kagent.protos import governed_memory_pb2_grpc as stubs
 
     seen: list[str] = []
 

@@ -212,9 +212,11 @@ async def test_the_bridge_reads_a_generation_through_mains_generation_rpc(main: 
     once withdrawn; a runtime grant (not the bridge) is UNAUTHENTICATED; a malformed scope is
     ``invalid_identity`` in the ErrorInfo.  The library's bridge reads it through the RPC.
     Reading changes nothing."""
-    from kagent_governed_memory.kagent._proto import governed_memory_pb2 as pb
-    from kagent_governed_memory.kagent._proto import governed_memory_pb2_grpc as stubs
-    from kagent_governed_memory.kagent._grpc import _reason
+    from kagent_governed_memory.kagent.protos import governed_memory_pb2 as pb
+    from kagent_governed_memory.kagent.protos import governed_memory_pb2_grpc as stubs
+    from kagent_governed_memory.testing import grpc_transport_module
+
+    _reason = grpc_transport_module._reason
 
     key = make_key()
     scope = pb.MemoryScope(principal=pb.MemoryPrincipal(issuer=key.principal.issuer,
@@ -279,8 +281,8 @@ async def test_mains_governed_auth_refuses_the_wrong_caller_and_changes_nothing(
     """0015 on the compiled server: no credential, a grant and a bearer together, the bridge's
     bearer on a runtime RPC, an agent's token on a bridge RPC and the bridge on the operator's
     Offboard are UNAUTHENTICATED; another Agent's grant is agent_mismatch.  Nothing changes."""
-    from kagent_governed_memory.kagent._proto import governed_memory_pb2 as pb
-    from kagent_governed_memory.kagent._proto import governed_memory_pb2_grpc as stubs
+    from kagent_governed_memory.kagent.protos import governed_memory_pb2 as pb
+    from kagent_governed_memory.kagent.protos import governed_memory_pb2_grpc as stubs
 
     key = make_key()
     await main.bridge.grant(key, purpose=PURPOSE)

@@ -557,7 +557,6 @@ async def test_the_readmes_byo_agent_runs_in_kagent_mode(mode: Mode, tmp_path: A
     from google.adk.sessions import InMemorySessionService
     from google.genai import types
 
-    import kagent_governed_memory.kagent._http as transport
     from kagent_governed_memory import HashingEmbedder
     from kagent_governed_memory.scope import sign_scope_assertion
     from kagent_governed_memory.scope import public_key_pem

@@ -35,8 +35,7 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from kagent_governed_memory import ErasureFailed, ReasonCode, StoreUnavailable
-from kagent_governed_memory._sql import migrations
-from kagent_governed_memory.store import migrate
+from kagent_governed_memory.store import migrate, migrations
 
 PURPOSE = "personal_preferences"
 BOUND = 10.0  # seconds, for a withdrawal (three calls); docs/database-roles.md

@@ -11,7 +11,8 @@ import psycopg
 import pytest
 from conftest import LOCAL, make_key, open_store, save, scope_uuid, vec
 
-from kagent_governed_memory import ReasonCode, StoreUnavailable, _sql
+from kagent_governed_memory import ReasonCode, StoreUnavailable
+from kagent_governed_memory import store as governed_sql
 from kagent_governed_memory.store import migrate
 
 PURPOSE = "personal_preferences"
@@ -41,7 +42,7 @@ async def test_migrate_is_idempotent_and_recorded(database):
             await store.migrate()
         assert err.value.reason is ReasonCode.SCHEMA_OUTDATED
         first = await migrate(database.owner_dsn, local_server=LOCAL)
-        assert first == [m.version for m in _sql.migrations()] and first[0] == 4
+        assert first == [m.version for m in governed_sql.migrations()] and first[0] == 4
         assert await migrate(database.owner_dsn) == []
         assert await store.migrate() == []  # current: nothing to do, no privilege needed
         assert await store.schema_version() == first[-1]
@@ -56,7 +57,7 @@ async def test_migrate_is_idempotent_and_recorded(database):
 async def test_concurrent_migrations_apply_once(database):
     results = await asyncio.gather(*(migrate(database.owner_dsn) for _ in range(4)))
     applied = [v for r in results for v in r]
-    assert sorted(applied) == [m.version for m in _sql.migrations()]
+    assert sorted(applied) == [m.version for m in governed_sql.migrations()]
 
 
 async def test_beside_upstream_memory_table_and_reversible(database):
@@ -82,7 +83,7 @@ async def test_beside_upstream_memory_table_and_reversible(database):
                            ["kagent__NS__my_agent", "@alice:example.org"]).fetchall()
         assert sorted(r[0] for r in old) == [f"old {i}" for i in range(1, 6)]
         # roll back: down files in reverse order
-        for m in reversed(_sql.migrations()):
+        for m in reversed(governed_sql.migrations()):
             conn.execute(m.down)
         conn.execute("DELETE FROM governed_memory_schema_migrations")
         assert not GOVERNED_TABLES & _tables(conn)
@@ -91,7 +92,7 @@ async def test_beside_upstream_memory_table_and_reversible(database):
                             ).fetchone()[0] == 0
 
     # and forward again
-    assert await migrate(database.owner_dsn) == [m.version for m in _sql.migrations()]
+    assert await migrate(database.owner_dsn) == [m.version for m in governed_sql.migrations()]
 
 
 def test_migration_files_follow_upstream_conventions():
@@ -141,7 +142,7 @@ def test_every_named_query_is_used_by_the_library():
         if name in BOUND:
             used = used or f'self._stmt("{name.removesuffix("Bound")}")' in store_src
         assert used, name
-        assert re.search(r"\$\d", _sql.query(name)) or name in (
+        assert re.search(r"\$\d", governed_sql.query(name)) or name in (
             "SweepExpiredMemory", "GetMemoryStoreReport", "GetMemorySchemaVersion",
             "GetMemoryLocalServer")
 

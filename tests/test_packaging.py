@@ -92,10 +92,10 @@ def test_demo_prints_no_warning_where_xdg_runtime_dir_is_unset() -> None:
 _WITHOUT_GRPC = """
 import sys
 sys.modules["grpc"] = None  # as if the kagent-main extra were not installed
-import kagent_governed_memory as kgm
-kgm.KagentBridgeStore("http://controller:8085", local_server="example.org", token="t")
+import kagent_governed_memory.kagent as kgm_kagent
+kgm_kagent.KagentBridgeStore("http://controller:8085", local_server="example.org", token="t")
 try:
-    kgm.KagentBridgeStore("grpc://controller:8084", local_server="example.org", token="t")
+    kgm_kagent.KagentBridgeStore("grpc://controller:8084", local_server="example.org", token="t")
 except ModuleNotFoundError as exc:
     print(exc)
 """

@@ -181,11 +181,11 @@ async def test_only_the_service_role_may_execute(store, database):
 
 
 async def test_down_of_10_removes_it(store, database):
-    from kagent_governed_memory import _sql
+    from kagent_governed_memory import store as governed_sql
 
-    assert await store.schema_version() == _sql.migrations()[-1].version >= 10
-    m = next(m for m in _sql.migrations() if m.version == 10)
-    later = [m for m in _sql.migrations() if m.version > 10]
+    assert await store.schema_version() == governed_sql.migrations()[-1].version >= 10
+    m = next(m for m in governed_sql.migrations() if m.version == 10)
+    later = [m for m in governed_sql.migrations() if m.version > 10]
     with psycopg.connect(database.owner_dsn, autocommit=True) as conn:
         with conn.transaction():
             for newer in reversed(later):

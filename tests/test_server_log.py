@@ -25,7 +25,6 @@ import pytest
 from conftest import LOCAL, make_key, migrated, open_store, vec
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-import kagent_governed_memory.store as store_module
 from kagent_governed_memory import (
     ConsentRequired,
     FactTooLarge,
@@ -35,6 +34,7 @@ from kagent_governed_memory import (
     StaleGeneration,
 )
 from kagent_governed_memory.store import PIN_OPTIONS, PINNED_LOG_SETTINGS, pinned_dsn
+from kagent_governed_memory.testing import store_module
 from kagent_governed_memory.policy import PROTOTYPE_POLICY
 
 PURPOSE = "personal_preferences"
@@ -263,7 +263,11 @@ async def test_a_preload_library_default_cannot_lock_out_or_load_into_the_login(
 def test_every_connection_the_library_opens_is_pinned(database, monkeypatch):
     """migrate(), the login probes (store and CLI), the demo's raw-SQL probe and the dev
     database's preparation connect through pinned_dsn."""
-    from kagent_governed_memory import _cli_demo, _embedded, _pgtypes, cli, migrations
+    from kagent_governed_memory.testing import cli_demo_module as _cli_demo
+    from kagent_governed_memory.testing import cli_module as cli
+    from kagent_governed_memory.testing import embedded_module as _embedded
+    from kagent_governed_memory.testing import migrations_module as migrations
+    from kagent_governed_memory.testing import pgtypes_module as _pgtypes
 
     seen: list[str] = []
 

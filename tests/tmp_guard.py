@@ -8,7 +8,7 @@ are not looked at. pytest's own ``tmp_path`` stays where pytest keeps it
 (``PYTEST_DEBUG_TEMPROOT`` = the original temp dir).
 
 The one kept exception: the embedded PostgreSQL's root-safe ``pg_ctl`` wrapper, intentionally kept
-per installation in ``$TMPDIR/kgm-pg-ctl-<uid>-<hash>`` (``kagent_governed_memory._embedded``).
+per installation in ``$TMPDIR/kgm-pg-ctl-<uid>-<hash>`` (``kagent_governed_memory.dev``).
 Outside the private directory on purpose: the Go series' fixed worktree
 (``<original temp dir>/verify-go-series-<uid>/``, ``original_tmpdir()``).
 """

@@ -37,7 +37,7 @@ except ImportError as exc:  # pragma: no cover - exercised by test_packaging
         "pip install 'kagent-governed-memory[adk]'") from exc
 from pydantic import Field, PrivateAttr
 
-from .adk.summariser import PROMPT
+from .summariser import PROMPT
 
 __all__ = ["ScriptedModel", "ToolCall"]
 

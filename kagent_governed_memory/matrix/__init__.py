@@ -18,6 +18,7 @@ except ModuleNotFoundError as missing:  # the extra is not installed
         "kagent_governed_memory.matrix needs mautrix, which is not installed: "
         "pip install 'kagent-governed-memory[matrix]'", name=missing.name) from None
 
+from ._logs import quiet_logger
 from .bridge import AgentRoute, MatrixBridge, MatrixLogin
 from .relay import A2ARelay, RelayAnswer, RelayError, room_context_id
 from .render import render_notice, render_reply
@@ -32,6 +33,7 @@ __all__ = [
     "RelayError",
     "control_room_state",
     "create_control_room",
+    "quiet_logger",
     "read_room_state",
     "render_notice",
     "render_reply",

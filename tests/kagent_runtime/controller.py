@@ -40,7 +40,6 @@ from kagent_governed_memory import (
 )
 from kagent_governed_memory.store import Admission
 from kagent_governed_memory.scope import ScopeAssertion, verify_scope_assertion
-from kagent_governed_memory.ledger import redeem_scope_assertion
 
 _STATUS = {
     400: {"invalid_identity", "invalid_text", "invalid_embedding", "invalid_limit", "invalid_page_size",
@@ -195,8 +194,7 @@ class TestController:
         async def work(key, body, assertion):  # the request's first call: redeem its jti once
             admit = body.get("admit")
             if admit is None:
-                return JSONResponse({"generation": await redeem_scope_assertion(self.store,
-                                                                                assertion)})
+                return JSONResponse({"generation": await self.store.redeem(assertion)})
             # with "admit": the redemption and, under the generation it captured, the
             # admission in one call (memory_redeem_admit, as the Go controller's /generation)
             units = admit.get("units") if isinstance(admit, dict) else None

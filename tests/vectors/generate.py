@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes ``scope_assertion_v1.json``: shared test vectors for every scope-assertion verifier.
 
-The library's verifier (``kagent_governed_memory.assertion``), the patched kagent-adk runtime
+The library's verifier (``kagent_governed_memory.scope``), the patched kagent-adk runtime
 and the kagent controller (Go) must give the same verdict for every token here.  Ed25519
 signatures are deterministic and every key, time and ``jti`` below is fixed, so this script
 reproduces the file byte for byte (``tests/test_assertion_vectors.py`` checks that).
