@@ -81,6 +81,9 @@ class ReasonCode(StrEnum):
     NOT_SUBJECT = "not_subject"
     COMMAND_INVALID = "command_invalid"
     UNKNOWN_AGENT = "unknown_agent"
+    AGENT_UNREACHABLE = "agent_unreachable"  # the bridge's relay to the agent (A2A)
+    AGENT_HTTP_ERROR = "agent_http_error"
+    AGENT_ANSWER_INVALID = "agent_answer_invalid"
     CONFIRMATION_REQUIRED = "confirmation_required"
     CONFIRMATION_INVALID = "confirmation_invalid"
     CONFIRMATION_EXPIRED = "confirmation_expired"

@@ -12,6 +12,12 @@
 ``ControlRepository``; the operator commands (``sweep``, ``verify``) an ``OperatorRepository``,
 which only the database offers (the controller sweeps on its own timer).
 
+Optional capabilities are protocols too, found with ``isinstance``: ``RedeemAdmitRepository``
+(redeem a request and admit its first work in one call), ``ClockedAdmitRepository`` (admission
+on a caller's clock: the direct store, for tests and simulations) and, for an admission object,
+``AdmissionWithRedemption``.  ``RequestRecorder`` is what a bridge records its relayed requests
+with (the direct store; in kagent mode the controller verifies the signature itself).
+
 Every implementation raises the same ``GovernanceError`` subclasses with the same reason codes,
 and none carries memory content in an error, a log line or a metric.
 """
@@ -19,9 +25,10 @@ and none carries memory content in an error, a log line or a metric.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Protocol, runtime_checkable
 
-from .scope._assertion import ScopeAssertion
+from .errors import ReasonCode
 from .identity import Principal, ScopeKey
 from .models import (
     ConsentReceipt,
@@ -34,8 +41,21 @@ from .models import (
     StoreReport,
 )
 from .policy import MemoryPolicy
+from .scope._assertion import ScopeAssertion
 
-__all__ = ["ControlRepository", "MemoryRepository", "OperatorRepository", "RuntimeRepository"]
+__all__ = [
+    "MAX_SEARCH_QUERIES",
+    "AdmissionWithRedemption",
+    "ClockedAdmitRepository",
+    "ControlRepository",
+    "MemoryRepository",
+    "OperatorRepository",
+    "RedeemAdmitRepository",
+    "RequestRecorder",
+    "RuntimeRepository",
+]
+
+MAX_SEARCH_QUERIES = 8  # query vectors per search_many: one prefetch's sub-queries
 
 
 @runtime_checkable
@@ -115,3 +135,47 @@ class OperatorRepository(Protocol):
 @runtime_checkable
 class MemoryRepository(RuntimeRepository, ControlRepository, OperatorRepository, Protocol):
     """Every operation in one object: the direct PostgreSQL store."""
+
+
+# -- optional capabilities ------------------------------------------------------------------
+
+
+@runtime_checkable
+class RedeemAdmitRepository(Protocol):
+    """A runtime repository that redeems a request and admits its first work in one call."""
+
+    async def redeem_admit(self, assertion: ScopeAssertion, *, units: int,
+                           explicit: bool = False) -> tuple[int | None, ReasonCode | None]:
+        """``redeem`` and, when it captured a generation, ``admit`` ``units`` under it.
+        Returns the generation (``None``: no consent) and why the admission was refused
+        (``None``: admitted)."""
+        ...
+
+
+@runtime_checkable
+class ClockedAdmitRepository(Protocol):
+    """A runtime repository whose admission can run on a caller's clock (the direct store:
+    tests and simulations; the controller always uses the database's clock)."""
+
+    async def admit_at(self, key: ScopeKey, generation: int | None, *, units: int,
+                       explicit: bool = False, now: datetime) -> None:
+        """``admit`` with ``now`` in place of the database's clock (never later than it)."""
+        ...
+
+
+@runtime_checkable
+class AdmissionWithRedemption(Protocol):
+    """An admission that says whether a request's first work may be admitted with its
+    redemption (``RedeemAdmitRepository.redeem_admit``)."""
+
+    @property
+    def with_redemption(self) -> bool: ...
+
+
+@runtime_checkable
+class RequestRecorder(Protocol):
+    """What a bridge records each relayed request with, before the agent redeems it (direct
+    mode: the runtime's login redeems only recorded requests)."""
+
+    async def record_request(self, assertion: ScopeAssertion) -> None: ...
+

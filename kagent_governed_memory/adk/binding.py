@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..errors import GovernanceError, ReasonCode
 from ..identity import AgentIdentity
-from ..repository import RuntimeRepository
+from ..repository import RedeemAdmitRepository, RuntimeRepository
 from ..scope._request import RequestBinding
 
 __all__ = ["check_binding"]
@@ -46,9 +46,8 @@ async def check_binding(binding: RequestBinding | None, *, agent: AgentIdentity,
                 # One round trip: the jti is redeemed (single use, T1) and the generation
                 # captured, only for the classification and output audience the consent
                 # was given for (ADR decision 6; both signed into the assertion)
-                combined = getattr(store, "redeem_admit", None)
-                if admit_units > 0 and combined is not None:
-                    binding.generation, binding.preadmit_refusal = await combined(
+                if admit_units > 0 and isinstance(store, RedeemAdmitRepository):
+                    binding.generation, binding.preadmit_refusal = await store.redeem_admit(
                         a, units=admit_units)
                     if binding.generation is not None:
                         binding.preadmitted = admit_units

@@ -24,9 +24,13 @@ from ..errors import GovernanceError, InvalidInput, ReasonCode
 from ..identity import AgentIdentity, ScopeKey
 from ..telemetry._metering import Metering, Operation, traced
 from ..models import ErasureReceipt, MemoryRecord
-from ..repository import ControlRepository, RuntimeRepository
+from ..repository import (
+    MAX_SEARCH_QUERIES,
+    AdmissionWithRedemption,
+    ControlRepository,
+    RuntimeRepository,
+)
 from ..scope._request import RequestBinding, current_request
-from ..store._store import MAX_SEARCH_QUERIES
 from ..telemetry._spans import SpanContentMode, check_adk_span_content
 from ._outcomes import Admitted, SaveOutcome, _bounded_query
 from ._tasks import AutosaveTasks, _type_name
@@ -71,9 +75,9 @@ class GovernedMemoryService(BaseMemoryService):
     ) -> None:
         if not isinstance(agent, AgentIdentity):
             raise InvalidInput(ReasonCode.INVALID_IDENTITY, field="agent")
-        if getattr(embedder, "dimension", None) != store.policy.embedding_dimension:
+        got = embedder.dimension if isinstance(embedder, Embedder) else None
+        if got != store.policy.embedding_dimension:
             # the embedder must produce exactly what the policy records with each consent
-            got = getattr(embedder, "dimension", None)
             raise InvalidInput(ReasonCode.INVALID_EMBEDDING, field="embedder_dimension",
                                expected=store.policy.embedding_dimension,
                                **({"got": got} if isinstance(got, int) else {}))
@@ -123,7 +127,8 @@ class GovernedMemoryService(BaseMemoryService):
 
     async def _check(self, binding: RequestBinding | None, admit_units: int = 0
                      ) -> ReasonCode | None:
-        if not getattr(self.admission, "with_redemption", False):
+        if not (isinstance(self.admission, AdmissionWithRedemption)
+                and self.admission.with_redemption):
             admit_units = 0  # an admission of its own (another clock): admitted separately
         return await check_binding(binding, agent=self.agent, store=self.store,
                                    admit_units=admit_units)

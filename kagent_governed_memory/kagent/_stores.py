@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from functools import partial
 from pathlib import Path
-from typing import Any, Self
+from typing import Any
 
 import httpx
 
@@ -26,11 +26,9 @@ from ._client import _Client
 from ._transport import DEFAULT_DEADLINE, DEFAULT_TIMEOUT, KAGENT_TOKEN_PATH
 from ..store._validate import (
     _check_limit,
-    _check_local_server,
     _check_queries,
     _check_save,
     _generation,
-    _servable,
     _vector,
 )
 from ..scope._assertion import ScopeAssertion
@@ -39,7 +37,6 @@ from ..identity import AgentIdentity, Principal, ScopeKey
 from ..models import (
     ConsentReceipt,
     ErasureReceipt,
-    ForgetReceipt,
     InspectPage,
     MemoryRecord,
     OffboardReport,

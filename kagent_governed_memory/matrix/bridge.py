@@ -55,7 +55,7 @@ from ..controls._controls import (
 )
 from ..errors import GovernanceError, ReasonCode
 from ..identity import AgentIdentity, MemoryScope, OriginKind, Principal, ScopeKey, server_name_of
-from ..repository import ControlRepository
+from ..repository import ControlRepository, RequestRecorder
 from ._logs import quiet_logger
 from .relay import A2ARelay, RelayError, room_context_id
 from .render import render_notice, render_reply
@@ -130,7 +130,9 @@ class MatrixBridge:
             for word, route in self._agents.items()}
         self._relays = {word: A2ARelay(route.a2a_url, agent=route.identity,
                                        private_key=private_key, issuer=issuer,
-                                       audience=[server_name], recorder=store)
+                                       audience=[server_name],
+                                       recorder=store if isinstance(store, RequestRecorder)
+                                       else None)
                         for word, route in self._agents.items()}
         self._controls = MemoryControls(
             store, agents={w: r.identity for w, r in self._agents.items()},

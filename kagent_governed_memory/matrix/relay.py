@@ -19,14 +19,15 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 import httpx
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from ..scope._assertion import ScopeAssertion, sign_scope_assertion, verify_scope_assertion
-from ..errors import GovernanceError, ReasonCode
+from ..errors import GovernanceError, InvalidInput, ReasonCode
 from ..identity import AgentIdentity, ScopeKey
+from ..repository import RequestRecorder
 from ..scope._keys import key_id
 from ..scope._request import ASSERTION_HEADER
 
@@ -36,17 +37,12 @@ REQUEST_LIFETIME = timedelta(seconds=60)
 _MAX_TEXTS = 64
 
 
-class RelayError(Exception):
-    """The agent could not be reached or answered with something that is not an answer."""
+class RelayError(GovernanceError):
+    """The agent could not be reached (``agent_unreachable``), answered with an HTTP error
+    (``agent_http_error``) or with something that is not an answer (``agent_answer_invalid``),
+    or the request could not be recorded (the recorder's reason)."""
 
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
-
-
-@runtime_checkable
-class RequestRecorder(Protocol):
-    async def record_request(self, assertion: ScopeAssertion) -> None: ...
+    default_reason = ReasonCode.AGENT_UNREACHABLE
 
 
 @dataclass(frozen=True)
@@ -65,11 +61,18 @@ def room_context_id(room_id: str, agent: AgentIdentity) -> str:
 
 
 class A2ARelay:
-    """Relays to one agent's A2A endpoint (google-adk's ``to_a2a`` app or kagent's)."""
+    """Relays to one agent's A2A endpoint (google-adk's ``to_a2a`` app or kagent's).
+
+    ``recorder`` records each request before it is sent (direct mode: the bridge's store); an
+    object that is not a ``RequestRecorder`` is refused here (``invalid_argument``,
+    ``field=recorder``), not discovered later as every request refused ``request_not_recorded``.
+    """
 
     def __init__(self, url: str, *, agent: AgentIdentity, private_key: Ed25519PrivateKey,
-                 issuer: str, audience: Sequence[str], recorder: object | None = None,
+                 issuer: str, audience: Sequence[str], recorder: RequestRecorder | None = None,
                  client: httpx.AsyncClient | None = None, timeout: float = 120.0) -> None:
+        if recorder is not None and not isinstance(recorder, RequestRecorder):
+            raise InvalidInput(ReasonCode.INVALID_ARGUMENT, field="recorder")
         self.url = url.rstrip("/") + "/"
         self.agent = agent
         self._private = private_key
@@ -77,7 +80,7 @@ class A2ARelay:
         self._public = {self._kid: private_key.public_key()}
         self._issuer = issuer
         self._audience = list(audience)
-        self._recorder = recorder if isinstance(recorder, RequestRecorder) else None
+        self._recorder = recorder
         self._client = client or httpx.AsyncClient(trust_env=False)
         self._owns_client = client is None
         self._timeout = timeout
@@ -101,7 +104,7 @@ class A2ARelay:
             try:
                 await self._recorder.record_request(assertion)
             except GovernanceError as exc:
-                raise RelayError(exc.reason.value) from None
+                raise RelayError(exc.reason) from None
         body = {"jsonrpc": "2.0", "id": uuid.uuid4().hex, "method": "message/send",
                 "params": {"message": {"kind": "message", "role": "user",
                                        "messageId": uuid.uuid4().hex, "contextId": context_id,
@@ -111,16 +114,16 @@ class A2ARelay:
                                               headers={ASSERTION_HEADER: token},
                                               timeout=self._timeout)
         except httpx.HTTPError:
-            raise RelayError("agent_unreachable") from None
+            raise RelayError(ReasonCode.AGENT_UNREACHABLE) from None
         if answer.status_code != 200:
-            raise RelayError("agent_http_error")
+            raise RelayError(ReasonCode.AGENT_HTTP_ERROR)
         try:
             data = answer.json()
         except ValueError:
-            raise RelayError("agent_answer_invalid") from None
+            raise RelayError(ReasonCode.AGENT_ANSWER_INVALID) from None
         result = data.get("result") if isinstance(data, dict) else None
         if not isinstance(result, dict) or result.get("contextId") != context_id:
-            raise RelayError("agent_answer_invalid")
+            raise RelayError(ReasonCode.AGENT_ANSWER_INVALID)
         status = result.get("status")
         state = status.get("state") if isinstance(status, dict) else None
         return RelayAnswer(texts=tuple(_answer_texts(result))[:_MAX_TEXTS],

@@ -11,8 +11,8 @@ the same transaction (``memory_admit``):
 
 The capacities and refill rates are those of the policy registered under the scope's consent:
 the database reads them, no caller passes them.  ``Admission`` admits through any
-``RuntimeRepository`` (``repository.admit``); an injected clock is for the direct store only
-(the controller uses the database's clock).
+``RuntimeRepository`` (``repository.admit``); an injected clock needs a
+``ClockedAdmitRepository`` (the direct store; the controller uses the database's clock).
 """
 
 from __future__ import annotations
@@ -23,8 +23,7 @@ from datetime import datetime
 from ..errors import InvalidInput, ReasonCode
 from ..identity import ScopeKey
 from ..policy import MemoryPolicy
-from ..repository import RuntimeRepository
-from ._store import GovernedMemoryStore
+from ..repository import ClockedAdmitRepository, RuntimeRepository
 
 __all__ = ["Admission"]
 
@@ -43,7 +42,7 @@ class Admission:
         # policy here could only disagree with what is enforced.
         if policy is not None and policy != store.policy:
             raise InvalidInput(ReasonCode.INVALID_ARGUMENT, field="admission_policy")
-        if clock is not None and not isinstance(store, GovernedMemoryStore):
+        if clock is not None and not isinstance(store, ClockedAdmitRepository):
             raise InvalidInput(ReasonCode.INVALID_ARGUMENT, field="admission_clock")
         self._store = store
         self.policy = policy or store.policy
@@ -64,8 +63,8 @@ class Admission:
         re-versioned ``generation`` raises ``ConsentRequired``/``StaleGeneration`` and admits
         no work."""
         store = self._store
-        if isinstance(store, GovernedMemoryStore):
-            await store.admit(key, generation, units=units, explicit=explicit,
-                              now=self._clock() if self._clock else None)
+        if self._clock is not None and isinstance(store, ClockedAdmitRepository):
+            await store.admit_at(key, generation, units=units, explicit=explicit,
+                                 now=self._clock())
         else:
             await store.admit(key, generation, units=units, explicit=explicit)

@@ -1,29 +1,131 @@
-"""What the store's mixins (``_runtime_ops``, ``_policies``, ``_erasure``) need of
-``GovernedMemoryStore``: its policy, local server and statement runners."""
+"""The base every part of ``GovernedMemoryStore`` stands on: the pool, the connection (with
+pgvector registered), the statement runners and the checks each operation starts with.
+
+``GovernedMemoryStore`` (``_store``) is this base plus its parts, each a subclass of it: the
+runtime operations (``_runtime``), erasure (``_erasure``) and the registry of policies and
+logins (``_policies``).  Database errors leave every runner as content-free errors with no
+chained exception.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+import logging
+import time
+import weakref
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
+import psycopg
+from pgvector.psycopg import register_vector_async
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
+
+from ..errors import GovernanceError, ReasonCode, ScopeDenied, StoreUnavailable, from_database_error
 from ..identity import ScopeKey
 from ..policy import MemoryPolicy
+from ..scope._request import current_request
+from . import _sql
+from ._pgtypes import _VectorArrayDumper, _Vectors
+from ._sweeper import Sweeper
+from ._validate import _servable
 
 __all__: list[str] = []
 
+_log = logging.getLogger("kagent_governed_memory.store")
+_T = TypeVar("_T")
 
-class _Statements:
-    policy: MemoryPolicy
-    _local_server: str
-    _bound: bool  # a runtime login: the bound statements (see _runtime_ops)
+
+class _StoreBase:
+    """A pool of one login's connections and the statements it may run."""
+
+    def __init__(
+        self, pool: AsyncConnectionPool | None, *, local_server: str, policy: MemoryPolicy
+    ) -> None:
+        self._pool = pool
+        self._local_server = local_server
+        self.policy = policy
+        self._vector_ready: weakref.WeakSet[Any] = weakref.WeakSet()
+        self._sweeper: Sweeper | None = None
+        self._privileged = False
+        self._bound = False  # a runtime login: the bound statements (see _runtime)
+        self._callable: frozenset[str] | None = None  # the entry points this login may run
+        self.roles: frozenset[str] = frozenset()
+
+    @property
+    def local_server(self) -> str:
+        """The local homeserver: the only server whose native principals are served (S5)."""
+        return self._local_server
+
+    async def _configure(self, conn: psycopg.AsyncConnection) -> None:
+        await self._register_vector(conn)
+
+    async def _register_vector(self, conn: psycopg.AsyncConnection) -> bool:
+        if conn in self._vector_ready:
+            return True
+        info = await psycopg.types.TypeInfo.fetch(conn, "vector")
+        if info is None:  # extension not created yet: migrate() will
+            return False
+        await register_vector_async(conn)
+        conn.adapters.register_dumper(_Vectors, type(
+            "VectorArrayDumper", (_VectorArrayDumper,), {"oid": info.array_oid,
+                                                         "element_oid": info.oid}))
+        self._vector_ready.add(conn)
+        return True
 
     def _servable(self, key: ScopeKey) -> None:
-        raise NotImplementedError
-
-    async def _one(self, op: str, name: str, params: list[Any]) -> tuple[Any, ...] | None:
-        raise NotImplementedError
-
-    async def _all(self, op: str, name: str, params: list[Any]) -> list[tuple[Any, ...]]:
-        raise NotImplementedError
+        _servable(key, self._local_server)
 
     def _request(self, op: str, key: ScopeKey) -> list[Any]:
-        raise NotImplementedError
+        """The leading ``jti`` argument of a bound statement, from the current request; none
+        for an unbound (service) login."""
+        if not self._bound:
+            return []
+        binding = current_request()
+        assertion = binding.assertion if binding is not None else None
+        if assertion is None or assertion.key != key:
+            raise ScopeDenied(ReasonCode.REQUEST_NOT_REDEEMED, operation=op,
+                              scope_id=key.opaque_id)
+        return [assertion.jti]
+
+    async def _one(self, op: str, name: str, params: list[Any]) -> tuple[Any, ...] | None:
+        rows = await self._all(op, name, params)
+        return rows[0] if rows else None
+
+    async def _all(self, op: str, name: str, params: list[Any]) -> list[tuple[Any, ...]]:
+        sql = _sql.query(name)
+        if self._callable is not None and _sql.function_of(name) not in self._callable:
+            # refused before any round trip: this login's role may not run it
+            raise StoreUnavailable(ReasonCode.ROLE_NOT_PERMITTED, operation=op)
+
+        async def work(conn: psycopg.AsyncConnection) -> list[tuple[Any, ...]]:
+            if not await self._register_vector(conn):
+                raise StoreUnavailable(ReasonCode.SCHEMA_OUTDATED, operation=op)
+            cur = psycopg.AsyncRawCursor(conn)
+            await cur.execute(sql, params)
+            return await cur.fetchall() if cur.description else []
+
+        started = time.perf_counter()
+        rows = await self._with_conn(op, work)
+        _log.debug("memory op=%s rows=%d ms=%.2f", op, len(rows),
+                   (time.perf_counter() - started) * 1000)
+        return rows
+
+    async def _with_conn(
+        self, op: str, work: Callable[[psycopg.AsyncConnection[Any]], Awaitable[_T]]
+    ) -> _T:
+        """Run ``work(conn)``; database errors leave as content-free errors with no chain.
+
+        The translated error is raised *outside* the ``except`` block so that neither
+        ``__cause__`` nor ``__context__`` keeps the original (whose text echoes row values).
+        """
+        failed: GovernanceError | None = None
+        assert self._pool is not None, "create a store with: await GovernedMemoryStore.open(...)"
+        try:
+            async with self._pool.connection() as conn:
+                return await work(conn)
+        except GovernanceError as exc:
+            failed = exc
+        except (psycopg.Error, PoolTimeout, OSError) as exc:
+            failed = from_database_error(exc, op)
+        failed.__context__ = None
+        failed.__cause__ = None
+        raise failed

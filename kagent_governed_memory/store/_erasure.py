@@ -11,7 +11,7 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any
 
-from ._statements import _Statements
+from ._base import _StoreBase
 from ._validate import _key, _parse_entry_id
 from ..errors import ErasureFailed, GovernanceError, InvalidInput, ReasonCode, StoreUnavailable
 from ..identity import AgentIdentity, MemoryScope, Principal, ScopeKey
@@ -22,8 +22,8 @@ _DISABLE_ATTEMPTS = 3
 _LOCK_NOT_AVAILABLE = "55P03"  # the lock bound of migration 000013 was reached
 
 
-class _Erasure(_Statements):
-    """Mixed into ``GovernedMemoryStore``, whose statements it runs."""
+class _Erasure(_StoreBase):
+    """A part of ``GovernedMemoryStore``: erasure, on the shared base's statements."""
 
     async def forget(self, key: ScopeKey, entry_id: str) -> ForgetReceipt:
         """Delete one entry and verify it unreadable (U3).  An absent, foreign, malformed or

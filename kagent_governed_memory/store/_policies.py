@@ -11,11 +11,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from functools import cache
 from typing import Any
 
-from . import _sql
-from ._statements import _Statements
+from ._base import _StoreBase
 from ._logpin import SETTINGS_COLUMNS
 from ..errors import InvalidInput, ReasonCode
 from ..identity import AgentIdentity
@@ -44,16 +42,7 @@ SELECT r.rolsuper, r.rolbypassrls,
 """
 _LOGIN_SETTINGS_AT = 5  # the column of _LOGIN_CHECK where the settings' booleans start
 
-_FUNCTION = re.compile(r"\b(memory_[a-z_]+)\(")
 _LOGIN = re.compile(r"^[A-Za-z_][A-Za-z0-9_$.-]{0,62}$")
-
-
-@cache
-def _function_of(name: str) -> str:
-    """The governed entry point the named statement calls."""
-    m = _FUNCTION.search(_sql.query(name))
-    assert m is not None, name
-    return m.group(1)
 
 
 def _policy_params(policy: MemoryPolicy, dimensions: Sequence[int] | None) -> list[Any]:
@@ -87,8 +76,8 @@ def _login(value: object) -> str:
     return value
 
 
-class _Registry(_Statements):
-    """Mixed into ``GovernedMemoryStore``: the operator's registrations (a
+class _Registry(_StoreBase):
+    """A part of ``GovernedMemoryStore``: the operator's registrations (a
     ``kagent_memory_operator`` login, or the owner's privileged store)."""
 
     async def register_policy(self, policy: MemoryPolicy, *,

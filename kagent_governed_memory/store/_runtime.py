@@ -11,10 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
 
 from ._pgtypes import _Vectors
-from ._statements import _Statements
+from ._base import _StoreBase
 from ._validate import (
     _check_limit,
     _check_queries,
@@ -35,28 +34,16 @@ from ..errors import (
 )
 from ..identity import ScopeKey
 from ..models import MemoryRecord
-from ..scope._request import current_request
+from ..repository import MAX_SEARCH_QUERIES
 
 __all__ = ["MAX_SEARCH_LIMIT", "MAX_SEARCH_QUERIES"]
 
 MAX_SEARCH_LIMIT = 50
-MAX_SEARCH_QUERIES = 8  # query vectors per search_many: one prefetch's sub-queries
 
 
-class _RuntimeOps(_Statements):
-    """Mixed into ``GovernedMemoryStore``, whose statements it runs."""
-
-    def _request(self, op: str, key: ScopeKey) -> list[Any]:
-        """The leading ``jti`` argument of a bound statement, from the current request; none
-        for an unbound (service) login."""
-        if not self._bound:
-            return []
-        binding = current_request()
-        assertion = binding.assertion if binding is not None else None
-        if assertion is None or assertion.key != key:
-            raise ScopeDenied(ReasonCode.REQUEST_NOT_REDEEMED, operation=op,
-                              scope_id=key.opaque_id)
-        return [assertion.jti]
+class _RuntimeOps(_StoreBase):
+    """A part of ``GovernedMemoryStore``: the runtime operations, on the shared base's
+    statements."""
 
     def _stmt(self, name: str) -> str:
         return name + "Bound" if self._bound else name
@@ -149,6 +136,13 @@ class _RuntimeOps(_Statements):
         if refused:
             reason = ReasonCode.BUDGET_EXHAUSTED if refused == 1 else ReasonCode.RATE_LIMITED
             raise AdmissionDenied(reason, scope_id=key.opaque_id)
+
+
+    async def admit_at(self, key: ScopeKey, generation: int | None, *, units: int,
+                       explicit: bool = False, now: datetime) -> None:
+        """``admit`` on the caller's clock (``now``; tests and simulations, never later than
+        the database's): the ``ClockedAdmitRepository`` capability."""
+        await self.admit(key, generation, units=units, explicit=explicit, now=now)
 
     async def save(
         self,

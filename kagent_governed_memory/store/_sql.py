@@ -8,9 +8,10 @@ from functools import cache
 from importlib import resources
 from importlib.resources.abc import Traversable
 
-__all__ = ["Migration", "migrations", "query"]
+__all__ = ["Migration", "function_of", "migrations", "query"]
 
 _MIGRATION_NAME = re.compile(r"^(\d{6})_([a-z0-9_]+)\.(up|down)\.sql$")
+_FUNCTION = re.compile(r"\b(memory_[a-z_]+)\(")
 _QUERY_HEADER = re.compile(r"^-- name: (\w+) :(one|many|exec)\s*$", re.MULTILINE)
 
 
@@ -59,3 +60,11 @@ def _queries() -> dict[str, str]:
 
 def query(name: str) -> str:
     return _queries()[name]
+
+
+@cache
+def function_of(name: str) -> str:
+    """The governed entry point the named statement calls."""
+    m = _FUNCTION.search(query(name))
+    assert m is not None, name
+    return m.group(1)

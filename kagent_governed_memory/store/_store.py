@@ -10,28 +10,25 @@ from __future__ import annotations
 import logging
 import re
 import time
-import weakref
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from datetime import datetime
-from typing import Any, Self, TypeVar
+from typing import Any, Self
 
 import psycopg
-from pgvector.psycopg import register_vector_async
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from . import _sql
 from ._cursor import _CURSOR, _cursor_tag, _decode_cursor, _encode_cursor  # noqa: F401
 from ._erasure import _Erasure
 from ._logpin import PINNED_LOG_SETTINGS, pinned_dsn
-from ._pgtypes import _login_probe, _VectorArrayDumper, _Vectors
-from ._policies import _LOGIN_CHECK, _LOGIN_SETTINGS_AT, _check_policy, _function_of, _Registry
+from ._pgtypes import _login_probe
+from ._policies import _LOGIN_CHECK, _LOGIN_SETTINGS_AT, _check_policy, _Registry
 from ._runtime import MAX_SEARCH_LIMIT, MAX_SEARCH_QUERIES, _audience, _RuntimeOps
 from ._validate import (
     EMBEDDING_DIMENSION,
     _check_local_server,
     _key,
     _reason,
-    _servable,
 )
 from ..scope._assertion import CLASSIFICATION
 from ..errors import (
@@ -57,27 +54,17 @@ __all__ = ["EMBEDDING_DIMENSION", "MAX_PAGE_SIZE", "MAX_SEARCH_LIMIT", "MAX_SEAR
            "GovernedMemoryStore"]
 
 _log = logging.getLogger("kagent_governed_memory.store")
-_T = TypeVar("_T")
 
 MAX_PAGE_SIZE = 50
 _PURPOSE = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
 
 
 class GovernedMemoryStore(_RuntimeOps, _Registry, _Erasure):
-    """Scope-keyed, consent-fenced memory on PostgreSQL.  Create with ``await open(...)``."""
+    """Scope-keyed, consent-fenced memory on PostgreSQL.  Create with ``await open(...)``.
 
-    def __init__(
-        self, pool: AsyncConnectionPool | None, *, local_server: str, policy: MemoryPolicy
-    ) -> None:
-        self._pool = pool
-        self._local_server = local_server
-        self.policy = policy
-        self._vector_ready: weakref.WeakSet[Any] = weakref.WeakSet()
-        self._sweeper: Sweeper | None = None
-        self._privileged = False
-        self._bound = False  # a runtime login: the bound statements (see _runtime_ops)
-        self._callable: frozenset[str] | None = None  # the entry points this login may run
-        self.roles: frozenset[str] = frozenset()
+    The pool, connections and statement runners are the shared base's (``_base``); the
+    runtime operations, erasure and the registry are its parts (``_runtime``, ``_erasure``,
+    ``_policies``); lifecycle, consent, reads and reports are here."""
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -171,14 +158,6 @@ class GovernedMemoryStore(_RuntimeOps, _Registry, _Erasure):
     def __repr__(self) -> str:
         return f"GovernedMemoryStore(policy={self.policy.version!r})"
 
-    @property
-    def local_server(self) -> str:
-        """The local homeserver: the only server whose native principals are served (S5)."""
-        return self._local_server
-
-    async def _configure(self, conn: psycopg.AsyncConnection) -> None:
-        await self._register_vector(conn)
-
     async def _check_role(self, conn: psycopg.AsyncConnection, privileged: bool) -> None:
         """Refuse a login that could switch the rules off; learn which governed roles it holds
         and which entry points it may run; record/compare the local server; check that the
@@ -208,19 +187,6 @@ class GovernedMemoryStore(_RuntimeOps, _Registry, _Erasure):
             raise InvalidInput(ReasonCode.LOCAL_SERVER_MISMATCH)
         await raw.execute(_sql.query("GetMemoryPolicy"), [self.policy.version])
         _check_policy(await raw.fetchone(), self.policy)
-
-    async def _register_vector(self, conn: psycopg.AsyncConnection) -> bool:
-        if conn in self._vector_ready:
-            return True
-        info = await psycopg.types.TypeInfo.fetch(conn, "vector")
-        if info is None:  # extension not created yet: migrate() will
-            return False
-        await register_vector_async(conn)
-        conn.adapters.register_dumper(_Vectors, type(
-            "VectorArrayDumper", (_VectorArrayDumper,), {"oid": info.array_oid,
-                                                         "element_oid": info.oid}))
-        self._vector_ready.add(conn)
-        return True
 
     # -- migrations -----------------------------------------------------------------------
 
@@ -350,53 +316,3 @@ class GovernedMemoryStore(_RuntimeOps, _Registry, _Erasure):
         """Physically delete expired rows (L3); they were already unreadable (B2)."""
         row = await self._one("sweep", "SweepExpiredMemory", [])
         return int(row[0]) if row else 0
-
-    # -- internals ------------------------------------------------------------------------
-
-    def _servable(self, key: ScopeKey) -> None:
-        _servable(key, self._local_server)
-
-    async def _one(self, op: str, name: str, params: list[Any]) -> tuple[Any, ...] | None:
-        rows = await self._all(op, name, params)
-        return rows[0] if rows else None
-
-    async def _all(self, op: str, name: str, params: list[Any]) -> list[tuple[Any, ...]]:
-        sql = _sql.query(name)
-        if self._callable is not None and _function_of(name) not in self._callable:
-            # refused before any round trip: this login's role may not run it
-            raise StoreUnavailable(ReasonCode.ROLE_NOT_PERMITTED, operation=op)
-
-        async def work(conn: psycopg.AsyncConnection) -> list[tuple[Any, ...]]:
-            if not await self._register_vector(conn):
-                raise StoreUnavailable(ReasonCode.SCHEMA_OUTDATED, operation=op)
-            cur = psycopg.AsyncRawCursor(conn)
-            await cur.execute(sql, params)
-            return await cur.fetchall() if cur.description else []
-
-        started = time.perf_counter()
-        rows = await self._with_conn(op, work)
-        _log.debug("memory op=%s rows=%d ms=%.2f", op, len(rows),
-                   (time.perf_counter() - started) * 1000)
-        return rows
-
-    async def _with_conn(
-        self, op: str, work: Callable[[psycopg.AsyncConnection[Any]], Awaitable[_T]]
-    ) -> _T:
-        """Run ``work(conn)``; database errors leave as content-free errors with no chain.
-
-        The translated error is raised *outside* the ``except`` block so that neither
-        ``__cause__`` nor ``__context__`` keeps the original (whose text echoes row values).
-        """
-        failed: GovernanceError | None = None
-        assert self._pool is not None, "create a store with: await GovernedMemoryStore.open(...)"
-        try:
-            async with self._pool.connection() as conn:
-                return await work(conn)
-        except GovernanceError as exc:
-            failed = exc
-        except (psycopg.Error, PoolTimeout, OSError) as exc:
-            failed = from_database_error(exc, op)
-        failed.__context__ = None
-        failed.__cause__ = None
-        raise failed
-
