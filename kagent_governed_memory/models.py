@@ -19,6 +19,7 @@ __all__ = [
     "OffboardReport",
     "ScopeOutcome",
     "ScopeStatus",
+    "StoreReport",
 ]
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid")

@@ -44,7 +44,6 @@ from .policy import MemoryPolicy
 from .scope._assertion import ScopeAssertion
 
 __all__ = [
-    "MAX_SEARCH_QUERIES",
     "AdmissionWithRedemption",
     "ClockedAdmitRepository",
     "ControlRepository",

@@ -6,6 +6,7 @@ runtime operations (``_runtime``), erasure (``_erasure``) and the policy registr
 migrations are modules of this package.  Import the names below from here.
 """
 
+from ..models import OffboardReport, ScopeOutcome, StoreReport
 from ._admission import Admission
 from ._cursor import _CURSOR, _cursor_tag, _decode_cursor, _encode_cursor  # noqa: F401
 from ._logpin import PIN_OPTIONS, PINNED_LOG_SETTINGS, pinned_dsn
@@ -40,6 +41,9 @@ __all__ = [
     "Admission",
     "GovernedMemoryStore",
     "Migration",
+    "OffboardReport",
+    "ScopeOutcome",
+    "StoreReport",
     "Sweeper",
     "apply_migrations",
     "migrate",
