@@ -1,14 +1,19 @@
-"""``!memory`` replies and refusals as the Matrix text a person reads.
+"""``!memory`` replies and refusals as text: the one renderer both bridges use.
 
-Everything but an inspect page is content-free: fixed sentences, reason codes, counts, opaque
-entry ids, times.  The agent's own answer is relayed as the agent wrote it (by the caller).
+``render_reply`` writes the sentences a person reads in a Matrix control room;
+``render_dev_reply`` the one-line answers of the development bridge (``adk web``, notebooks).
+Both go through the same dispatch over ``MemoryControls``' replies and share how a confirmation
+command, an entry id and a count are written.  Everything but an inspect page is content-free:
+fixed sentences, reason codes, counts, opaque entry ids, times.  The agent's own answer is
+relayed as the agent wrote it (by the caller).
 """
 
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from typing import Protocol
 
-from ..controls._controls import (
+from ._controls import (
     ConfirmationRequired,
     ConsentReply,
     ErasureReply,
@@ -20,7 +25,7 @@ from ..controls._controls import (
 from ..errors import ReasonCode
 from ..policy import MemoryPolicy
 
-__all__ = ["render_notice", "render_reply"]
+__all__ = ["render_dev_reply", "render_notice", "render_reply"]
 
 _NOTICE: dict[ReasonCode, str] = {
     ReasonCode.MEMBERS_MISMATCH: "this room is not a private control room any more (its "
@@ -65,27 +70,94 @@ def render_notice(reason: ReasonCode) -> str:
 
 
 def render_reply(reply: object, *, agent: str, command: str, policy: MemoryPolicy) -> str:
-    """One reply of ``MemoryControls.handle`` as text; ``command`` is the text it answered."""
+    """One reply of ``MemoryControls.handle`` as the Matrix bridge's text; ``command`` is the
+    text it answered."""
+    return _render(reply, _Sentences(agent, command, policy))
+
+
+def render_dev_reply(reply: object, *, agent: str, command: str) -> str:
+    """One reply of ``MemoryControls.handle`` as the development bridge's line; ``command`` is
+    the text it answered."""
+    return _render(reply, _Lines(agent, command))
+
+
+class _Style(Protocol):
+    def consent(self, reply: ConsentReply) -> str: ...
+    def erasure(self, reply: ErasureReply) -> str: ...
+    def forget(self, reply: ForgetReply) -> str: ...
+    def status(self, reply: StatusReply) -> str: ...
+    def inspect(self, reply: InspectReply) -> str: ...
+    def confirmation(self, reply: ConfirmationRequired) -> str: ...
+    def notice(self, reason: ReasonCode) -> str: ...
+
+
+def _render(reply: object, style: _Style) -> str:
     if isinstance(reply, ConsentReply):
-        r = reply.receipt
-        return (f"Memory is on for {agent} (purpose {r.purpose}, policy {r.policy_version}, "
-                f"consent until {_when(r.expires_at)}). Nothing is remembered yet.")
+        return style.consent(reply)
     if isinstance(reply, ErasureReply):
+        return style.erasure(reply)
+    if isinstance(reply, ForgetReply):
+        return style.forget(reply)
+    if isinstance(reply, StatusReply):
+        return style.status(reply)
+    if isinstance(reply, InspectReply):
+        return style.inspect(reply)
+    if isinstance(reply, ConfirmationRequired):
+        return style.confirmation(reply)
+    if isinstance(reply, Notice):
+        return style.notice(reply.reason)
+    return style.notice(ReasonCode.COMMAND_INVALID)
+
+
+def _entries(n: int) -> str:
+    return "entry" if n == 1 else "entries"
+
+
+def _entry_of(command: str) -> str:
+    """The entry id a ``!memory forget <agent> <id>`` command named (its last word)."""
+    words = command.split()
+    return words[-1] if words else "?"
+
+
+def _confirm_command(reply: ConfirmationRequired, agent: str) -> str:
+    """The command that confirms ``reply``: ``!memory <action> <agent> [all] [purpose] token``."""
+    words = ["!memory", "forget" if reply.action == "forget_all" else reply.action, agent]
+    if reply.action == "forget_all":
+        words.append("all")
+    if reply.purpose:
+        words.append(reply.purpose)
+    return f"{' '.join(words)} {reply.token}"
+
+
+class _Sentences:
+    """The Matrix bridge's text: whole sentences for a person in a control room."""
+
+    def __init__(self, agent: str, command: str, policy: MemoryPolicy) -> None:
+        self.agent, self.command, self.policy = agent, command, policy
+
+    def consent(self, reply: ConsentReply) -> str:
+        r = reply.receipt
+        return (f"Memory is on for {self.agent} (purpose {r.purpose}, policy "
+                f"{r.policy_version}, consent until {_when(r.expires_at)}). Nothing is "
+                f"remembered yet.")
+
+    def erasure(self, reply: ErasureReply) -> str:
         e = reply.receipt
         state = "erased and verified gone" if e.verified else "erased, NOT verified"
-        count = f"{e.deleted} {'entry' if e.deleted == 1 else 'entries'}"
+        count = f"{e.deleted} {_entries(e.deleted)}"
         if reply.action == "off":
-            return f"Memory is off for {agent}: {count} {state}."
-        return f"Forgot everything about you for {agent}: {count} {state}."
-    if isinstance(reply, ForgetReply):
-        words = command.split()
-        entry = words[-1] if words else "?"
+            return f"Memory is off for {self.agent}: {count} {state}."
+        return f"Forgot everything about you for {self.agent}: {count} {state}."
+
+    def forget(self, reply: ForgetReply) -> str:
+        entry = _entry_of(self.command)
         if not reply.receipt.deleted:
             return f"Nothing to forget: no entry {entry}."
         state = "verified gone" if reply.receipt.verified else "NOT verified"
         return f"Forgot entry {entry}: {state}."
-    if isinstance(reply, StatusReply):
-        s = reply.status
+
+    def status(self, reply: StatusReply) -> str:
+        s, agent = reply.status, self.agent
         if not s.enabled:
             return (f"Memory is off for {agent}. Nothing is collected. Last verified erasure: "
                     f"{_when(s.last_verified_erasure_at)}.")
@@ -93,23 +165,21 @@ def render_reply(reply: object, *, agent: str, command: str, policy: MemoryPolic
                 f"{s.entry_count} of at most {s.entry_cap} entries, each kept at most "
                 f"{_span(s.max_ttl)}; consent until {_when(s.consent_expires_at)}; last "
                 f"verified erasure: {_when(s.last_verified_erasure_at)}.")
-    if isinstance(reply, InspectReply):
-        n = len(reply.entries)
-        lines = [f"What {agent} remembers about you ({n} {'entry' if n == 1 else 'entries'}"
+
+    def inspect(self, reply: InspectReply) -> str:
+        n, agent = len(reply.entries), self.agent
+        if not n:
+            return f"{agent} remembers nothing about you."
+        lines = [f"What {agent} remembers about you ({n} {_entries(n)}"
                  f"{' on this page' if reply.next_cursor else ''}):"]
         lines += [f"- {e.id}: {e.text} (saved {_when(e.created_at)}, gone by "
                   f"{_when(e.expires_at)})" for e in reply.entries]
         if reply.next_cursor:
             lines.append(f"More: !memory inspect {agent} {reply.next_cursor}")
-        if not n:
-            lines = [f"{agent} remembers nothing about you."]
         return "\n".join(lines)
-    if isinstance(reply, ConfirmationRequired):
-        words = ["!memory", "forget" if reply.action == "forget_all" else reply.action, agent]
-        if reply.action == "forget_all":
-            words.append("all")
-        if reply.purpose:
-            words.append(reply.purpose)
+
+    def confirmation(self, reply: ConfirmationRequired) -> str:
+        agent, policy = self.agent, self.policy
         what = {
             "on": (f"This turns memory on for {agent}, purpose {reply.purpose}, under policy "
                    f"{reply.policy_version}: facts you ask it to remember are kept at most "
@@ -119,10 +189,54 @@ def render_reply(reply: object, *, agent: str, command: str, policy: MemoryPolic
             "forget_all": f"This erases everything {agent} remembers about you.",
         }[reply.action]
         return (f"{what} To confirm within {_until(reply.expires_at)}, send:\n"
-                f"{' '.join(words)} {reply.token}")
-    if isinstance(reply, Notice):
-        return render_notice(reply.reason)
-    return render_notice(ReasonCode.COMMAND_INVALID)
+                f"{_confirm_command(reply, agent)}")
+
+    def notice(self, reason: ReasonCode) -> str:
+        return render_notice(reason)
+
+
+class _Lines:
+    """The development bridge's text: one terse line (an inspect page lists its entries)."""
+
+    def __init__(self, agent: str, command: str) -> None:
+        self.agent, self.command = agent, command
+
+    def consent(self, reply: ConsentReply) -> str:
+        r = reply.receipt
+        return f"memory on: {self.agent}, purpose {r.purpose}, generation {r.generation}"
+
+    def erasure(self, reply: ErasureReply) -> str:
+        r = reply.receipt
+        state = "erased and verified" if r.verified else "erased, NOT verified"
+        what = "memory off" if reply.action == "off" else "forgot all"
+        return f"{what}: {self.agent}, {r.deleted} entries {state}"
+
+    def forget(self, reply: ForgetReply) -> str:
+        entry = _entry_of(self.command)
+        if not reply.receipt.deleted:
+            return f"forgot {entry}: not found"
+        return f"forgot {entry}: {'verified' if reply.receipt.verified else 'NOT verified'}"
+
+    def status(self, reply: StatusReply) -> str:
+        s = reply.status
+        if not s.enabled:
+            return f"status: {self.agent}, memory off"
+        return (f"status: {self.agent}, memory on, purpose {s.purpose}, policy "
+                f"{s.policy_version}, generation {s.generation}, {s.entry_count} entries")
+
+    def inspect(self, reply: InspectReply) -> str:
+        n = len(reply.entries)
+        lines = [f"inspect: {n} {_entries(n)}"]
+        lines += [f"- {e.id}: {e.text}" for e in reply.entries]
+        if reply.next_cursor:
+            lines.append(f"(more: !memory inspect {self.agent} {reply.next_cursor})")
+        return "\n".join(lines)
+
+    def confirmation(self, reply: ConfirmationRequired) -> str:
+        return f"confirm with: {_confirm_command(reply, self.agent)}"
+
+    def notice(self, reason: ReasonCode) -> str:
+        return f"refused: {reason.value}"
 
 
 def _until(expires_at: datetime) -> str:

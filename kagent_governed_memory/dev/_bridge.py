@@ -36,16 +36,8 @@ from ._embedded import BRIDGE_ROLE, DEV_MARKER, OPERATOR_ROLE, OWNER_ROLE, RUNTI
 from ..store._logpin import pinned_dsn
 from ..scope._assertion import sign_scope_assertion, verify_scope_assertion
 from ..controls._room import ControlRoomCheck
-from ..controls._controls import (
-    ConfirmationRequired,
-    ConsentReply,
-    ErasureReply,
-    ForgetReply,
-    InspectReply,
-    MemoryControls,
-    Notice,
-    StatusReply,
-)
+from ..controls._controls import ConfirmationRequired, MemoryControls
+from ..controls._render import render_dev_reply
 from ._database import DevDatabase
 from ..errors import InvalidInput, ReasonCode
 from ..identity import AgentIdentity, MemoryScope, OriginKind, Principal, ScopeKey
@@ -230,51 +222,11 @@ class DevBridge:
         reply = await self._handle(text)
         if confirm and isinstance(reply, ConfirmationRequired):
             reply = await self._handle(f"{text.strip()} {reply.token}")
-        return self._render(text, reply)
+        return render_dev_reply(reply, agent=self.agent.name, command=text)
 
     async def _handle(self, text: str) -> object:
         return await self._controls.handle(text, sender=self.user, subject=self.user,
                                            room_id=self.room, room_check=lambda: _ALLOWED)
-
-    def _render(self, text: str, reply: object) -> str:
-        name = self.agent.name
-        if isinstance(reply, ConsentReply):
-            r = reply.receipt
-            return f"memory on: {name}, purpose {r.purpose}, generation {r.generation}"
-        if isinstance(reply, ErasureReply):
-            r2 = reply.receipt
-            state = "erased and verified" if r2.verified else "erased, NOT verified"
-            what = "memory off" if reply.action == "off" else "forgot all"
-            return f"{what}: {name}, {r2.deleted} entries {state}"
-        if isinstance(reply, ForgetReply):
-            state = "verified" if reply.receipt.verified else "NOT verified"
-            entry = text.split()[-1] if text.split() else "?"
-            if not reply.receipt.deleted:
-                return f"forgot {entry}: not found"
-            return f"forgot {entry}: {state}"
-        if isinstance(reply, StatusReply):
-            s = reply.status
-            if not s.enabled:
-                return f"status: {name}, memory off"
-            return (f"status: {name}, memory on, purpose {s.purpose}, policy {s.policy_version}, "
-                    f"generation {s.generation}, {s.entry_count} entries")
-        if isinstance(reply, InspectReply):
-            n = len(reply.entries)
-            lines = [f"inspect: {n} {'entry' if n == 1 else 'entries'}"]
-            lines += [f"- {e.id}: {e.text}" for e in reply.entries]
-            if reply.next_cursor:
-                lines.append(f"(more: !memory inspect {name} {reply.next_cursor})")
-            return "\n".join(lines)
-        if isinstance(reply, ConfirmationRequired):
-            words = ["!memory", "forget" if reply.action == "forget_all" else reply.action, name]
-            if reply.action == "forget_all":
-                words.append("all")
-            if reply.purpose:
-                words.append(reply.purpose)
-            return f"confirm with: {' '.join(words)} {reply.token}"
-        if isinstance(reply, Notice):
-            return f"refused: {reply.reason.value}"
-        return "refused: command_invalid"
 
     async def entries(self) -> list[MemoryRecord]:
         """Every live entry of the dev scope (the inspect path, the bridge's login)."""

@@ -18,10 +18,10 @@ except ModuleNotFoundError as missing:  # the extra is not installed
         "kagent_governed_memory.matrix needs mautrix, which is not installed: "
         "pip install 'kagent-governed-memory[matrix]'", name=missing.name) from None
 
+from ..controls._render import render_notice, render_reply
 from ._logs import quiet_logger
 from .bridge import AgentRoute, MatrixBridge, MatrixLogin
 from .relay import A2ARelay, RelayAnswer, RelayError, room_context_id
-from .render import render_notice, render_reply
 from .room import control_room_state, create_control_room, read_room_state, room_check
 
 __all__ = [

@@ -46,6 +46,7 @@ from mautrix.types import (
     UserID,
 )
 
+from ..controls._render import render_notice, render_reply
 from ..controls._room import ControlRoomCheck
 from ..controls._controls import (
     AsyncConfirmationLedger,
@@ -58,7 +59,6 @@ from ..identity import AgentIdentity, MemoryScope, OriginKind, Principal, ScopeK
 from ..repository import ControlRepository, RequestRecorder
 from ._logs import quiet_logger
 from .relay import A2ARelay, RelayError, room_context_id
-from .render import render_notice, render_reply
 from .room import create_control_room, read_room_state, room_check
 
 __all__ = ["AgentRoute", "MatrixBridge", "MatrixLogin"]

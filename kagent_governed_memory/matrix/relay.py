@@ -24,7 +24,7 @@ from typing import Any
 import httpx
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from ..scope._assertion import ScopeAssertion, sign_scope_assertion, verify_scope_assertion
+from ..scope._assertion import sign_scope_assertion, verify_scope_assertion
 from ..errors import GovernanceError, InvalidInput, ReasonCode
 from ..identity import AgentIdentity, ScopeKey
 from ..repository import RequestRecorder
