@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 import psycopg
 from pgvector.psycopg import register_vector_async
+from psycopg.rows import AsyncRowFactory, DictRow, dict_row, tuple_row
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from ..errors import GovernanceError, ReasonCode, ScopeDenied, StoreUnavailable, from_database_error
@@ -32,6 +33,7 @@ __all__: list[str] = []
 
 _log = logging.getLogger("kagent_governed_memory.store")
 _T = TypeVar("_T")
+_R = TypeVar("_R")
 
 
 class _StoreBase:
@@ -91,15 +93,28 @@ class _StoreBase:
         return rows[0] if rows else None
 
     async def _all(self, op: str, name: str, params: list[Any]) -> list[tuple[Any, ...]]:
+        return await self._run(op, name, params, tuple_row)
+
+    async def _one_named(self, op: str, name: str, params: list[Any]) -> DictRow | None:
+        """Like ``_one``, the row read by column name (a statement with many columns)."""
+        rows = await self._run(op, name, params, dict_row)
+        return rows[0] if rows else None
+
+    async def _all_named(self, op: str, name: str, params: list[Any]) -> list[DictRow]:
+        """Like ``_all``, each row read by column name."""
+        return await self._run(op, name, params, dict_row)
+
+    async def _run(self, op: str, name: str, params: list[Any],
+                   row_factory: AsyncRowFactory[_R]) -> list[_R]:
         sql = _sql.query(name)
         if self._callable is not None and _sql.function_of(name) not in self._callable:
             # refused before any round trip: this login's role may not run it
             raise StoreUnavailable(ReasonCode.ROLE_NOT_PERMITTED, operation=op)
 
-        async def work(conn: psycopg.AsyncConnection) -> list[tuple[Any, ...]]:
+        async def work(conn: psycopg.AsyncConnection) -> list[_R]:
             if not await self._register_vector(conn):
                 raise StoreUnavailable(ReasonCode.SCHEMA_OUTDATED, operation=op)
-            cur = psycopg.AsyncRawCursor(conn)
+            cur = psycopg.AsyncRawCursor(conn, row_factory=row_factory)
             await cur.execute(sql, params)
             return await cur.fetchall() if cur.description else []
 

@@ -230,7 +230,7 @@ class GovernedMemoryStore(_RuntimeOps, _Registry, _Erasure):
             raise InvalidInput(ReasonCode.INVALID_ARGUMENT, field="classification")
         audience = _audience(output_audience, self._local_server)
         p = self.policy
-        row = await self._one(
+        row = await self._one_named(
             "grant",
             "GrantMemoryScope",
             [*_key(key), purpose, p.version, p.embedding_dimension, classification, audience],
@@ -238,11 +238,11 @@ class GovernedMemoryStore(_RuntimeOps, _Registry, _Erasure):
         assert row is not None
         return ConsentReceipt(
             scope_id=key.opaque_id,
-            generation=row[1],
+            generation=row["generation"],
             purpose=purpose,
             policy_version=p.version,
-            granted_at=row[2],
-            expires_at=row[3],
+            granted_at=row["granted_at"],
+            expires_at=row["expires_at"],
         )
 
     async def generation(self, key: ScopeKey, *, classification: str = "personal",
@@ -267,50 +267,50 @@ class GovernedMemoryStore(_RuntimeOps, _Registry, _Erasure):
                 or not 0 < page_size <= MAX_PAGE_SIZE):
             raise InvalidInput(ReasonCode.INVALID_PAGE_SIZE)
         after_created, after_id = (None, None) if cursor is None else _decode_cursor(key, cursor)
-        rows = await self._all(
+        rows = await self._all_named(
             "inspect",
             "InspectMemoryEntries",
             [*_key(key), after_created, after_id, page_size + 1],
         )
         entries = tuple(
-            MemoryRecord(id=str(r[0]), text=r[1], scope=key, created_at=r[2], expires_at=r[3])
+            MemoryRecord(id=str(r["id"]), text=r["content"], scope=key,
+                         created_at=r["created_at"], expires_at=r["expires_at"])
             for r in rows[:page_size]
         )
         next_cursor = None
         if len(rows) > page_size:
             last = rows[page_size - 1]
-            next_cursor = _encode_cursor(key, last[2], last[0])
+            next_cursor = _encode_cursor(key, last["created_at"], last["id"])
         return InspectPage(entries=entries, next_cursor=next_cursor)
 
     async def status(self, key: ScopeKey) -> ScopeStatus:
         self._servable(key)
-        row = await self._one("status", "GetMemoryScopeStatus", _key(key))
+        row = await self._one_named("status", "GetMemoryScopeStatus", _key(key))
         if row is None:
             return ScopeStatus(scope_id=key.opaque_id, enabled=False)
         return ScopeStatus(
             scope_id=key.opaque_id,
-            enabled=row[0],
-            purpose=row[1],
-            policy_version=row[2],
-            generation=row[3],
-            consent_expires_at=row[4],
-            max_ttl=row[5],
-            entry_cap=row[6],
-            entry_count=row[7],
-            last_verified_erasure_at=row[8],
-            failure_reason=_reason(row[9]),
+            enabled=row["enabled"],
+            purpose=row["purpose"],
+            policy_version=row["policy_version"],
+            generation=row["generation"],
+            consent_expires_at=row["consent_expires_at"],
+            max_ttl=row["max_ttl"],
+            entry_cap=row["entry_cap"],
+            entry_count=row["entry_count"],
+            last_verified_erasure_at=row["last_verified_erasure_at"],
+            failure_reason=_reason(row["failure_reason"]),
         )
 
     async def report(self) -> StoreReport:
         """Content-free aggregates and invariant counts over every scope (operators)."""
-        row = await self._one("report", "GetMemoryStoreReport", [])
+        row = await self._one_named("report", "GetMemoryStoreReport", [])
         assert row is not None
-        *counts, overdue_ids, violating_ids = row
-        names = [n for n in StoreReport.model_fields
-                 if n not in ("overdue_scope_ids", "violating_scope_ids")]
-        values: dict[str, Any] = {n: int(v) for n, v in zip(names, counts, strict=True)}
-        return StoreReport(**values, overdue_scope_ids=tuple(str(u) for u in overdue_ids or ()),
-                           violating_scope_ids=tuple(str(u) for u in violating_ids or ()))
+        ids = ("overdue_scope_ids", "violating_scope_ids")
+        values: dict[str, Any] = {n: int(row[n]) for n in StoreReport.model_fields
+                                  if n not in ids}
+        values.update({n: tuple(str(u) for u in row[n] or ()) for n in ids})
+        return StoreReport(**values)
 
     async def sweep(self) -> int:
         """Physically delete expired rows (L3); they were already unreadable (B2)."""
