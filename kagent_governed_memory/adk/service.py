@@ -24,12 +24,8 @@ from ..errors import GovernanceError, InvalidInput, ReasonCode
 from ..identity import AgentIdentity, ScopeKey
 from ..telemetry._metering import Metering, Operation, traced
 from ..models import ErasureReceipt, MemoryRecord
-from ..repository import (
-    MAX_SEARCH_QUERIES,
-    AdmissionWithRedemption,
-    ControlRepository,
-    RuntimeRepository,
-)
+from ..repository import (MAX_SEARCH_QUERIES, AdmissionWithRedemption, ControlRepository,
+                          RuntimeRepository)
 from ..scope._request import RequestBinding, current_request
 from ..telemetry._spans import SpanContentMode, check_adk_span_content
 from ._outcomes import Admitted, SaveOutcome, _bounded_query
