@@ -19,8 +19,8 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ReasonCode
-from ..telemetry._metering import Operation
 from ..scope._request import current_request
+from ..telemetry._metering import Operation
 from .firstturn import first_turn_text, split_sentences
 
 if TYPE_CHECKING:

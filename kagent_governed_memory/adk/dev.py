@@ -28,14 +28,14 @@ from google.adk.plugins.base_plugin import BasePlugin
 from google.genai import types
 
 from .._hints import hint_for
-from ..scope._assertion import ScopeAssertion
-from ..kagent import KagentControllerStore
 from ..dev._bridge import DevBridge, dev_database_at, refusal
 from ..embedding import Embedder, HashingEmbedder
 from ..errors import GovernanceError, InvalidInput, ReasonCode
 from ..identity import AgentIdentity, ScopeKey
+from ..kagent import KagentControllerStore
 from ..models import ForgetReceipt, MemoryRecord
 from ..policy import DEV_POLICY, MemoryPolicy
+from ..scope._assertion import ScopeAssertion
 from ..scope._request import RequestBinding, _current
 from .service import GovernedMemoryService
 from .tools import configure_governed_memory

@@ -16,8 +16,8 @@ import weakref
 from typing import Any
 
 from ..errors import ReasonCode
-from ..telemetry._metering import Operation
 from ..scope._request import current_request
+from ..telemetry._metering import Operation
 
 __all__ = ["NOTICE_AUTHOR", "RefusalLog", "fix_for", "log_refusal", "notice_text"]
 

@@ -17,22 +17,22 @@ from typing import TYPE_CHECKING, Any, cast
 from google.adk.memory.base_memory_service import BaseMemoryService, SearchMemoryResponse
 from google.adk.memory.memory_entry import MemoryEntry
 
-from ..store._validate import _check_fact
-from ..store._admission import Admission
 from ..embedding import Embedder
 from ..errors import GovernanceError, InvalidInput, ReasonCode
 from ..identity import AgentIdentity, ScopeKey
-from ..telemetry._metering import Metering, Operation, traced
 from ..models import ErasureReceipt, MemoryRecord
 from ..repository import (MAX_SEARCH_QUERIES, AdmissionWithRedemption, ControlRepository,
                           RuntimeRepository)
 from ..scope._request import RequestBinding, current_request
+from ..store._admission import Admission
+from ..store._validate import _check_fact
+from ..telemetry._metering import Metering, Operation, traced
 from ..telemetry._spans import SpanContentMode, check_adk_span_content
 from ._outcomes import Admitted, SaveOutcome, _bounded_query
 from ._tasks import AutosaveTasks, _type_name
-from .recall import Recalled
 from .binding import check_binding
 from .entries import entry_text, memory_entry, notice_entry
+from .recall import Recalled
 from .refusals import RefusalLog
 from .summariser import summarise
 

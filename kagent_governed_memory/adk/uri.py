@@ -55,10 +55,10 @@ from urllib.parse import parse_qsl, urlencode, urlsplit
 
 import psycopg
 
-from ..kagent import KagentControllerStore
 from ..embedding import Embedder, HashingEmbedder, OpenAICompatibleEmbedder
 from ..errors import InvalidInput, ReasonCode
 from ..identity import AgentIdentity
+from ..kagent import KagentControllerStore
 from ..policy import PROTOTYPE_POLICY, MemoryPolicy
 from ..store._store import GovernedMemoryStore
 from ..telemetry._spans import SpanContentMode

@@ -11,13 +11,13 @@ import signal
 import sys
 from typing import Any
 
-from ._text import EXIT_FAILED, EXIT_OK, timestamp
-from ..store._logpin import pinned_dsn
 from ..dev._database import dev_database
 from ..embedding import HashingEmbedder
 from ..errors import ConsentRequired
 from ..identity import AgentIdentity, MemoryScope, OriginKind, Principal, ScopeKey
+from ..store._logpin import pinned_dsn
 from ..store._store import GovernedMemoryStore
+from ._text import EXIT_FAILED, EXIT_OK, timestamp
 
 __all__ = ["run_demo", "run_dev_db"]
 

@@ -9,7 +9,6 @@ import os
 import sys
 from pathlib import Path
 
-from ._text import EXIT_CODES_POINTER
 from ..errors import GovernanceError
 from ..scope._keys import (
     generate_private_key,
@@ -20,6 +19,7 @@ from ..scope._keys import (
     public_jwks,
     public_key_pem,
 )
+from ._text import EXIT_CODES_POINTER
 
 __all__ = ["add_key_commands"]
 

@@ -13,6 +13,13 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from .. import __version__
+from ..dev._embedded import EmbeddedUnavailable
+from ..errors import GovernanceError, ReasonCode, from_database_error
+from ..identity import AgentIdentity, MemoryScope, OriginKind, Principal, ScopeKey
+from ..repository import ControlRepository, OperatorRepository
+from ..store._logpin import pinned_dsn
+from ..store._migrations import LATEST_VERSION, migrate
+from ..store._store import GovernedMemoryStore
 from ._demo import run_demo, run_dev_db
 from ._keys import add_key_commands
 from ._registry import add_registry_commands
@@ -31,13 +38,6 @@ from ._text import (
     fail,
     human_value,
 )
-from ..dev._embedded import EmbeddedUnavailable
-from ..store._logpin import pinned_dsn
-from ..errors import GovernanceError, ReasonCode, from_database_error
-from ..identity import AgentIdentity, MemoryScope, OriginKind, Principal, ScopeKey
-from ..store._migrations import LATEST_VERSION, migrate
-from ..repository import ControlRepository, OperatorRepository
-from ..store._store import GovernedMemoryStore
 
 __all__ = ["EXIT_CONFIGURATION", "EXIT_FAILED", "EXIT_OK", "EXIT_UNAVAILABLE", "EXIT_USAGE",
            "main"]

@@ -9,10 +9,10 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from ._text import EXIT_CODES_POINTER, EXIT_OK, EXIT_USAGE, CliError, emit
 from ..errors import InvalidInput
 from ..identity import AgentIdentity
 from ..policy import MemoryPolicy
+from ._text import EXIT_CODES_POINTER, EXIT_OK, EXIT_USAGE, CliError, emit
 
 __all__ = ["add_registry_commands"]
 

@@ -23,12 +23,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from ._confirmations import AsyncConfirmationLedger, ConfirmationLedger, InMemoryLedger
-from ._room import ControlRoomCheck
 from ..errors import GovernanceError, InvalidInput, ReasonCode, StoreUnavailable
 from ..identity import AgentIdentity, MemoryScope, Principal, ScopeKey
 from ..models import ConsentReceipt, ErasureReceipt, ForgetReceipt, MemoryRecord, ScopeStatus
 from ..repository import ControlRepository
+from ._confirmations import AsyncConfirmationLedger, ConfirmationLedger, InMemoryLedger
+from ._room import ControlRoomCheck
 
 __all__ = [
     "AsyncConfirmationLedger",

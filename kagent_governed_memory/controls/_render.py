@@ -13,6 +13,8 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Protocol
 
+from ..errors import ReasonCode
+from ..policy import MemoryPolicy
 from ._controls import (
     ConfirmationRequired,
     ConsentReply,
@@ -22,8 +24,6 @@ from ._controls import (
     Notice,
     StatusReply,
 )
-from ..errors import ReasonCode
-from ..policy import MemoryPolicy
 
 __all__ = ["render_dev_reply", "render_notice", "render_reply"]
 

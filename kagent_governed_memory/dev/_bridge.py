@@ -32,20 +32,20 @@ import psycopg
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from ._embedded import BRIDGE_ROLE, DEV_MARKER, OPERATOR_ROLE, OWNER_ROLE, RUNTIME_ROLE
-from ..store._logpin import pinned_dsn
-from ..scope._assertion import sign_scope_assertion, verify_scope_assertion
-from ..controls._room import ControlRoomCheck
 from ..controls._controls import ConfirmationRequired, MemoryControls
 from ..controls._render import render_dev_reply
-from ._database import DevDatabase
+from ..controls._room import ControlRoomCheck
 from ..errors import InvalidInput, ReasonCode
 from ..identity import AgentIdentity, MemoryScope, OriginKind, Principal, ScopeKey
-from ..scope._keys import generate_private_key, key_id
 from ..models import MemoryRecord
 from ..policy import DEV_POLICY
+from ..scope._assertion import sign_scope_assertion, verify_scope_assertion
+from ..scope._keys import generate_private_key, key_id
 from ..scope._request import RequestBinding, memory_request
+from ..store._logpin import pinned_dsn
 from ..store._store import GovernedMemoryStore
+from ._database import DevDatabase
+from ._embedded import BRIDGE_ROLE, DEV_MARKER, OPERATOR_ROLE, OWNER_ROLE, RUNTIME_ROLE
 
 __all__ = ["DEV_ISSUER", "DEV_POLICY", "ENABLE_ENV", "KAGENT_ENV", "DevBridge", "dev_database_at",
            "refusal"]

@@ -17,10 +17,10 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ._embedded import EmbeddedPostgres, EmbeddedUnavailable
-from ..store._migrations import migrate
 from ..policy import DEV_POLICY
+from ..store._migrations import migrate
 from ..store._store import GovernedMemoryStore
+from ._embedded import EmbeddedPostgres, EmbeddedUnavailable
 
 __all__ = ["DevDatabase", "EmbeddedUnavailable", "dev_database"]
 

@@ -10,10 +10,10 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from ..store import _validate
 from ..errors import GovernanceError, InvalidInput, ReasonCode, error_for_reason
 from ..identity import ScopeKey
 from ..models import ForgetReceipt
+from ..store import _validate
 
 _FRACTION = re.compile(r"(\.\d{6})\d+")
 _R = TypeVar("_R", bound=ForgetReceipt)

@@ -12,26 +12,6 @@ from typing import Any
 
 import httpx
 
-from ._answers import (
-    _int,
-    _malformed,
-    _opaque,
-    _parsed,
-    _reason,
-    _receipt,
-    _time,
-    scope_body,
-)
-from ._client import _Client
-from ._transport import DEFAULT_DEADLINE, DEFAULT_TIMEOUT, KAGENT_TOKEN_PATH
-from ..store._validate import (
-    _check_limit,
-    _check_queries,
-    _check_save,
-    _generation,
-    _vector,
-)
-from ..scope._assertion import ScopeAssertion
 from ..errors import GovernanceError, InvalidInput, ReasonCode, ScopeDenied
 from ..identity import AgentIdentity, Principal, ScopeKey
 from ..models import (
@@ -44,7 +24,27 @@ from ..models import (
     ScopeStatus,
 )
 from ..policy import PROTOTYPE_POLICY, MemoryPolicy
+from ..scope._assertion import ScopeAssertion
 from ..scope._request import ASSERTION_HEADER, GRANT_HEADER, current_request
+from ..store._validate import (
+    _check_limit,
+    _check_queries,
+    _check_save,
+    _generation,
+    _vector,
+)
+from ._answers import (
+    _int,
+    _malformed,
+    _opaque,
+    _parsed,
+    _reason,
+    _receipt,
+    _time,
+    scope_body,
+)
+from ._client import _Client
+from ._transport import DEFAULT_DEADLINE, DEFAULT_TIMEOUT, KAGENT_TOKEN_PATH
 
 __all__ = ["KAGENT_TOKEN_PATH", "KagentBridgeStore", "KagentControllerStore"]
 

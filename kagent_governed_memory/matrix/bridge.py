@@ -46,14 +46,14 @@ from mautrix.types import (
     UserID,
 )
 
-from ..controls._render import render_notice, render_reply
-from ..controls._room import ControlRoomCheck
 from ..controls._controls import (
     AsyncConfirmationLedger,
     ConfirmationLedger,
     MemoryControls,
     parse_memory_command,
 )
+from ..controls._render import render_notice, render_reply
+from ..controls._room import ControlRoomCheck
 from ..errors import GovernanceError, ReasonCode
 from ..identity import AgentIdentity, MemoryScope, OriginKind, Principal, ScopeKey, server_name_of
 from ..repository import ControlRepository, RequestRecorder

@@ -29,8 +29,8 @@ from mautrix.types import RoomID, UserID
 
 from ..dev._database import dev_database
 from ..identity import AgentIdentity
-from ..scope._keys import generate_private_key, key_id
 from ..policy import DEV_POLICY
+from ..scope._keys import generate_private_key, key_id
 from ..store._store import GovernedMemoryStore
 from ._logs import quiet_logger
 from .bridge import AgentRoute, MatrixBridge, MatrixLogin
@@ -116,7 +116,7 @@ async def _agent(stack: AsyncExitStack, db: Any, public: dict[str, Any]) -> str:
     from ..adk import GovernedMemoryService
     from ..adk.a2a import governed_a2a_app
     from ..embedding import HashingEmbedder
-    from ..testing import ScriptedModel
+    from ..adk._scripted import ScriptedModel
 
     async with await GovernedMemoryStore.open(db.operator_dsn, local_server=db.local_server,
                                               sweep_every=None, max_size=1) as operator:

@@ -24,10 +24,10 @@ from typing import Any
 import httpx
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from ..scope._assertion import sign_scope_assertion, verify_scope_assertion
 from ..errors import GovernanceError, InvalidInput, ReasonCode
 from ..identity import AgentIdentity, ScopeKey
 from ..repository import RequestRecorder
+from ..scope._assertion import sign_scope_assertion, verify_scope_assertion
 from ..scope._keys import key_id
 from ..scope._request import ASSERTION_HEADER
 

@@ -21,9 +21,9 @@ from datetime import datetime
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from ._assertion import ScopeAssertion, verify_scope_assertion
 from ..errors import GovernanceError, ReasonCode
 from ..identity import AgentIdentity
+from ._assertion import ScopeAssertion, verify_scope_assertion
 
 __all__ = ["ASSERTION_HEADER", "GRANT_HEADER", "RequestBinding", "current_request", "memory_request"]
 

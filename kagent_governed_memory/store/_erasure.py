@@ -11,11 +11,11 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any
 
-from ._base import _StoreBase
-from ._validate import _key, _parse_entry_id
 from ..errors import ErasureFailed, GovernanceError, InvalidInput, ReasonCode, StoreUnavailable
 from ..identity import AgentIdentity, MemoryScope, Principal, ScopeKey
 from ..models import ErasureReceipt, ForgetReceipt, OffboardReport, ScopeOutcome
+from ._base import _StoreBase
+from ._validate import _key, _parse_entry_id
 
 _log = logging.getLogger("kagent_governed_memory.store")
 _DISABLE_ATTEMPTS = 3

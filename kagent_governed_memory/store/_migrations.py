@@ -13,9 +13,9 @@ from typing import Any
 
 import psycopg
 
+from ..errors import GovernanceError, from_database_error
 from . import _sql
 from ._logpin import pinned_dsn
-from ..errors import GovernanceError, from_database_error
 
 __all__ = ["LATEST_VERSION", "OPERATOR_ROLE", "SERVICE_ROLE", "apply_migrations", "migrate",
            "schema_version"]

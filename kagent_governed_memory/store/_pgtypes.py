@@ -9,8 +9,8 @@ from typing import Any
 import psycopg
 from psycopg.adapt import Dumper
 
-from ._logpin import pinned_dsn
 from ..errors import GovernanceError, ReasonCode, from_database_error
+from ._logpin import pinned_dsn
 
 
 class _Vectors(list):  # type: ignore[type-arg]

@@ -13,11 +13,11 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from ._base import _StoreBase
-from ._logpin import SETTINGS_COLUMNS
 from ..errors import InvalidInput, ReasonCode
 from ..identity import AgentIdentity
 from ..policy import MemoryPolicy
+from ._base import _StoreBase
+from ._logpin import SETTINGS_COLUMNS
 
 __all__: list[str] = []
 

@@ -12,18 +12,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from ._pgtypes import _Vectors
-from ._base import _StoreBase
-from ._validate import (
-    _check_limit,
-    _check_queries,
-    _check_save,
-    _generation,
-    _key,
-    _vector,
-)
-from ..scope._assertion import ScopeAssertion
-from ..scope._assertion import _audience as _servers
 from ..errors import (
     AdmissionDenied,
     GovernanceError,
@@ -35,6 +23,18 @@ from ..errors import (
 from ..identity import ScopeKey
 from ..models import MemoryRecord
 from ..repository import MAX_SEARCH_QUERIES
+from ..scope._assertion import ScopeAssertion
+from ..scope._assertion import _audience as _servers
+from ._base import _StoreBase
+from ._pgtypes import _Vectors
+from ._validate import (
+    _check_limit,
+    _check_queries,
+    _check_save,
+    _generation,
+    _key,
+    _vector,
+)
 
 __all__ = ["MAX_SEARCH_LIMIT", "MAX_SEARCH_QUERIES"]
 

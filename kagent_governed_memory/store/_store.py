@@ -17,20 +17,6 @@ from typing import Any, Self
 import psycopg
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from . import _sql
-from ._cursor import _CURSOR, _cursor_tag, _decode_cursor, _encode_cursor  # noqa: F401
-from ._erasure import _Erasure
-from ._logpin import PINNED_LOG_SETTINGS, pinned_dsn
-from ._pgtypes import _login_probe
-from ._policies import _LOGIN_CHECK, _LOGIN_SETTINGS_AT, _check_policy, _Registry
-from ._runtime import MAX_SEARCH_LIMIT, MAX_SEARCH_QUERIES, _audience, _RuntimeOps
-from ._validate import (
-    EMBEDDING_DIMENSION,
-    _check_local_server,
-    _key,
-    _reason,
-)
-from ..scope._assertion import CLASSIFICATION
 from ..errors import (
     GovernanceError,
     InvalidInput,
@@ -39,7 +25,6 @@ from ..errors import (
     from_database_error,
 )
 from ..identity import ScopeKey
-from ._migrations import LATEST_VERSION, apply_migrations, schema_version
 from ..models import (
     ConsentReceipt,
     InspectPage,
@@ -48,7 +33,22 @@ from ..models import (
     StoreReport,
 )
 from ..policy import PROTOTYPE_POLICY, MemoryPolicy
+from ..scope._assertion import CLASSIFICATION
+from . import _sql
+from ._cursor import _CURSOR, _cursor_tag, _decode_cursor, _encode_cursor  # noqa: F401
+from ._erasure import _Erasure
+from ._logpin import PINNED_LOG_SETTINGS, pinned_dsn
+from ._migrations import LATEST_VERSION, apply_migrations, schema_version
+from ._pgtypes import _login_probe
+from ._policies import _LOGIN_CHECK, _LOGIN_SETTINGS_AT, _check_policy, _Registry
+from ._runtime import MAX_SEARCH_LIMIT, MAX_SEARCH_QUERIES, _audience, _RuntimeOps
 from ._sweeper import Sweeper
+from ._validate import (
+    EMBEDDING_DIMENSION,
+    _check_local_server,
+    _key,
+    _reason,
+)
 
 __all__ = ["EMBEDDING_DIMENSION", "MAX_PAGE_SIZE", "MAX_SEARCH_LIMIT", "MAX_SEARCH_QUERIES",
            "GovernedMemoryStore"]
