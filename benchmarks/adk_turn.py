@@ -83,8 +83,7 @@ from kagent_governed_memory.store import migrate
 from kagent_governed_memory.adk import GovernedMemoryService, configure_governed_memory  # noqa: E402
 from kagent_governed_memory.adk.summariser import PROMPT  # noqa: E402
 from kagent_governed_memory.embedding import HashingEmbedder  # noqa: E402
-from kagent_governed_memory.scope import key_id  # noqa: E402
-from kagent_governed_memory.scope import memory_request  # noqa: E402
+from kagent_governed_memory.scope import key_id, memory_request  # noqa: E402
 
 LOCAL = "example.org"
 ISSUER = "https://bridge.example.org"

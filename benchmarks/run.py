@@ -76,8 +76,7 @@ from kagent_governed_memory import (
     telemetry,
 )
 from kagent_governed_memory import store as governed_sql
-from kagent_governed_memory.store import Admission
-from kagent_governed_memory.store import migrate
+from kagent_governed_memory.store import Admission, migrate
 from kagent_governed_memory.policy import PROTOTYPE_POLICY, MemoryPolicy
 
 LOCAL = "example.org"

@@ -28,8 +28,7 @@ from kagent_governed_memory.adk import GovernedMemoryService, configure_governed
 from kagent_governed_memory.adk.summariser import PROMPT
 from kagent_governed_memory.scope import sign_scope_assertion
 from kagent_governed_memory.embedding import HashingEmbedder
-from kagent_governed_memory.scope import generate_private_key, key_id
-from kagent_governed_memory.scope import memory_request
+from kagent_governed_memory.scope import generate_private_key, key_id, memory_request
 
 # The bridge's signing key lives only here, in the "bridge"; the runtime side below is given
 # PUBLIC_KEYS (test_assertion_ledger asserts the service holds no private key).

@@ -51,8 +51,7 @@ from kagent_governed_memory import (
     memory_request,
 )
 from kagent_governed_memory.kagent import KagentBridgeStore
-from kagent_governed_memory.scope import ScopeAssertion, sign_scope_assertion
-from kagent_governed_memory.scope import key_id
+from kagent_governed_memory.scope import ScopeAssertion, key_id, sign_scope_assertion
 
 from conftest import CONTROLLER_BUDGETS
 

@@ -18,8 +18,7 @@ from conftest import make_key, open_store, physical_rows, save
 
 from kagent_governed_memory import AgentIdentity, ReasonCode
 from kagent_governed_memory.store import Admission
-from kagent_governed_memory.scope import sign_scope_assertion
-from kagent_governed_memory.scope import generate_private_key
+from kagent_governed_memory.scope import generate_private_key, sign_scope_assertion
 
 PURPOSE = "personal_preferences"
 FIVE_TURNS = ["I drink green tea every morning.", "My project is called Lighthouse.",

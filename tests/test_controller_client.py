@@ -25,8 +25,7 @@ from kagent_governed_memory import (
     StoreUnavailable,
     memory_request,
 )
-from kagent_governed_memory.kagent import KagentBridgeStore
-from kagent_governed_memory.kagent import MAX_ANSWER_BYTES
+from kagent_governed_memory.kagent import MAX_ANSWER_BYTES, KagentBridgeStore
 
 LOCAL = "example.org"
 FACT = "FACTSENTINEL-likes-green-tea"

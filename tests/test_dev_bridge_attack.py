@@ -11,8 +11,7 @@ import pytest
 from psycopg.conninfo import make_conninfo
 
 from kagent_governed_memory import AgentIdentity, DevBridge, InvalidInput, ReasonCode, dev_database
-from kagent_governed_memory.dev import DevDatabase
-from kagent_governed_memory.dev import BRIDGE_ROLE, DEV_MARKER, RUNTIME_ROLE
+from kagent_governed_memory.dev import BRIDGE_ROLE, DEV_MARKER, RUNTIME_ROLE, DevDatabase
 
 from conftest import LOCAL, migrated
 

@@ -558,8 +558,7 @@ async def test_the_readmes_byo_agent_runs_in_kagent_mode(mode: Mode, tmp_path: A
     from google.genai import types
 
     from kagent_governed_memory import HashingEmbedder
-    from kagent_governed_memory.scope import sign_scope_assertion
-    from kagent_governed_memory.scope import public_key_pem
+    from kagent_governed_memory.scope import public_key_pem, sign_scope_assertion
 
     class Embeddings(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
