@@ -4,7 +4,7 @@
   application's login calls the governed SQL functions (direct mode).
 * Over the patched kagent controller's governed HTTP API (kagent mode), where the agent pod
   holds no database credentials, they are split by who may call them, because the controller
-  authorises them separately: ``KagentControllerStore`` (``controller``) is the agent runtime's
+  authorises them separately: ``KagentControllerStore`` (``kagent``) is the agent runtime's
   side (its ServiceAccount token and the request's scope assertion) and ``KagentBridgeStore``
   the bridge's (the bridge's ServiceAccount token).
 

@@ -1,5 +1,5 @@
 """``kagent-governed-memory demo`` and ``dev-db``: the embedded PostgreSQL 18 + pgvector for a
-first look and for local development (see ``devdb``)."""
+first look and for local development (see ``dev._database``)."""
 
 from __future__ import annotations
 

@@ -30,7 +30,7 @@ is the verdict; the shared test vectors in ``tests/vectors`` pin it for every ve
 7. ``aud`` is this agent → else ``agent_mismatch``; ``ctx`` the request's A2A context → else
    ``context_mismatch``.
 
-Then the ``jti`` is redeemed once in PostgreSQL (``ledger.redeem_scope_assertion``, in the
+Then the ``jti`` is redeemed once in PostgreSQL (the store's ``redeem``, in the
 transaction that captures the request's generation): a replay, on any replica, is
 ``assertion_replayed``.
 
@@ -136,7 +136,7 @@ class ScopeAssertion(BaseModel):
     expires_at: datetime
     issuer: str
     context_id: str  # the A2A context (kagent: the ADK session) of the one request
-    jti: str  # single use: redeemed once in the database (ledger.redeem_scope_assertion)
+    jti: str  # single use: redeemed once in the database (the store's redeem)
 
     @model_validator(mode="before")
     @classmethod

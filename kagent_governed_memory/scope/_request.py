@@ -6,8 +6,8 @@ Background tasks created inside the request inherit it, since asyncio copies the
 A request without a valid binding simply has no memory; nothing is raised into the chat.
 
 The runtime holds public keys only: it can check an assertion, never make one.  The binding
-is single-use in the database as well (``ledger``): the first memory operation of the request
-redeems the assertion's ``jti``.
+is single-use in the database as well (the store's ``redeem``): the first memory operation of
+the request redeems the assertion's ``jti``.
 """
 
 from __future__ import annotations

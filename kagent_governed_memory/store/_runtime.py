@@ -119,7 +119,7 @@ class _RuntimeOps(_StoreBase):
                     explicit: bool = False, now: datetime | None = None) -> None:
         """Admit ``units`` of work (and one explicit operation when ``explicit``) against the
         budgets of the scope's registered policy, fenced in the same transaction, or consume
-        nothing and raise ``AdmissionDenied`` (see ``admission``).  ``now`` replaces the
+        nothing and raise ``AdmissionDenied`` (see ``_admission``).  ``now`` replaces the
         database's clock (tests; never later than it)."""
         self._servable(key)
         gen = _generation(generation)
