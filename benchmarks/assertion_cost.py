@@ -22,7 +22,6 @@ from kagent_governed_memory import (
     MemoryScope,
     Principal,
     ScopeKey,
-    redeem_scope_assertion,
 )
 from kagent_governed_memory.scope import (
     generate_private_key,
@@ -69,7 +68,7 @@ async def run(iters: int, scopes: int) -> dict[str, list[float]]:
                              else ("redeem (ledger)", "generation (no ledger)")):
                     t0 = time.perf_counter()
                     if name.startswith("redeem"):
-                        gen = await redeem_scope_assertion(store, a)
+                        gen = await store.redeem(a)
                     else:
                         gen = await store.generation(k, classification=a.classification,
                                                      output_audience=a.audience)

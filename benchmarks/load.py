@@ -73,7 +73,6 @@ from kagent_governed_memory import (
     GovernanceError,
     GovernedMemoryStore,
     MemoryPolicy,
-    redeem_scope_assertion,
 )
 from kagent_governed_memory.scope import (
     generate_private_key,
@@ -201,7 +200,7 @@ async def governed_turn(w: World, run: SideRun, session: int, turn: int, c: int,
     async def admit_request() -> int | None:
         a = verify_scope_assertion(token, public_keys=w.public, issuer=ISSUER, agent=AGENT,
                                    context_id=f"load-{session}-{turn}")
-        return await redeem_scope_assertion(store, a)
+        return await store.redeem(a)
 
     gen = await _timed(run, "redeem", admit_request)
     if gen is None:

@@ -22,7 +22,6 @@ from kagent_governed_memory import (
     ReasonCode,
     ScopeDenied,
     memory_request,
-    redeem_scope_assertion,
 )
 from kagent_governed_memory.scope import verify_scope_assertion
 from kagent_governed_memory.adk import GovernedMemoryService
@@ -40,18 +39,18 @@ async def test_t1_a_token_is_redeemed_once(store):
     key = make_key()
     await store.grant(key, purpose=PURPOSE)
     a = verified(sign(key))
-    assert await redeem_scope_assertion(store, a) == 1
+    assert await store.redeem(a) == 1
     with pytest.raises(ScopeDenied) as info:
-        await redeem_scope_assertion(store, a)
+        await store.redeem(a)
     assert info.value.reason == ReasonCode.ASSERTION_REPLAYED
-    assert await redeem_scope_assertion(store, verified(sign(key))) == 1  # a new token: fine
+    assert await store.redeem(verified(sign(key))) == 1  # a new token: fine
 
 
 async def test_t1_without_consent_the_jti_is_still_consumed(store):
     a = verified(sign(make_key()))
-    assert await redeem_scope_assertion(store, a) is None
+    assert await store.redeem(a) is None
     with pytest.raises(ScopeDenied) as info:
-        await redeem_scope_assertion(store, a)
+        await store.redeem(a)
     assert info.value.reason == ReasonCode.ASSERTION_REPLAYED
 
 
@@ -61,9 +60,9 @@ async def test_t1_replay_on_a_second_replica_is_refused(store, database):
     a = verified(sign(key))
     replica = await open_store(database)
     try:
-        assert await redeem_scope_assertion(replica, a) == 1
+        assert await replica.redeem(a) == 1
         with pytest.raises(ScopeDenied) as info:
-            await redeem_scope_assertion(store, a)
+            await store.redeem(a)
         assert info.value.reason == ReasonCode.ASSERTION_REPLAYED
     finally:
         await replica.close()
@@ -76,7 +75,7 @@ async def test_t1_two_replicas_racing_one_token_admit_it_once(store, database):
     try:
         for _ in range(5):
             a = verified(sign(key))
-            results = await asyncio.gather(*(redeem_scope_assertion(r, a) for r in replicas),
+            results = await asyncio.gather(*(r.redeem(a) for r in replicas),
                                            return_exceptions=True)
             assert results.count(1) == 1, results
             assert all(isinstance(r, ScopeDenied) and r.reason == ReasonCode.ASSERTION_REPLAYED
@@ -94,13 +93,13 @@ async def test_t1_the_database_clock_refuses_an_expired_or_far_future_exp(store,
     for exp in (datetime.now(UTC) - timedelta(seconds=45), datetime.now(UTC) + timedelta(hours=1)):
         forged = a.model_copy(update={"expires_at": exp})
         with pytest.raises(ScopeDenied) as info:
-            await redeem_scope_assertion(store, forged)
+            await store.redeem(forged)
         assert info.value.reason == ReasonCode.ASSERTION_EXPIRED
     assert database.scalar("SELECT count(*) FROM memory_assertion_use") == 0
 
 
 async def test_t1_the_application_role_cannot_read_or_clear_the_ledger(store, database):
-    await redeem_scope_assertion(store, verified(sign(make_key())))
+    await store.redeem(verified(sign(make_key())))
     async with await psycopg.AsyncConnection.connect(database.dsn, autocommit=True) as conn:
         for sql in ("SELECT jti FROM memory_assertion_use",
                     "DELETE FROM memory_assertion_use",
@@ -114,7 +113,7 @@ async def test_t1_the_application_role_cannot_read_or_clear_the_ledger(store, da
 
 async def test_t1_the_sweep_forgets_a_jti_only_after_it_can_no_longer_verify(store, database):
     a = verified(sign(make_key()))
-    await redeem_scope_assertion(store, a)
+    await store.redeem(a)
     await store.sweep()
     assert database.scalar("SELECT count(*) FROM memory_assertion_use") == 1
     forget_at = database.scalar("SELECT forget_at FROM memory_assertion_use")
@@ -181,10 +180,10 @@ async def test_t1_each_redemption_forgets_a_few_spent_jtis(store, database):
     """The ledger stays about a minute and a half of requests long without a sweep."""
     spent = [verified(sign(make_key(f"@u{i}:example.org"))) for i in range(20)]
     for a in spent:
-        await redeem_scope_assertion(store, a)
+        await store.redeem(a)
     with database.admin() as conn:
         conn.execute("UPDATE memory_assertion_use SET forget_at = now() - interval '1 second'")
-    await redeem_scope_assertion(store, verified(sign(make_key())))
+    await store.redeem(verified(sign(make_key())))
     assert database.scalar("SELECT count(*) FROM memory_assertion_use") == 20 - 16 + 1
     assert database.scalar("SELECT count(*) FROM memory_assertion_use"
                            " WHERE forget_at > now()") == 1
