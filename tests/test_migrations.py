@@ -130,9 +130,18 @@ BOUND = {"SaveMemoryEntriesBound", "SearchMemoryEntriesBound", "SearchMemoryEntr
          "AdmitMemoryWorkBound", "ForgetMemoryEntryBound"}
 
 
+def _sources(folder):
+    """The text of every module under ``folder`` (the package and its subpackages)."""
+    for p in folder.iterdir():
+        if p.name.endswith(".py"):
+            yield p.read_text()
+        elif p.is_dir():
+            yield from _sources(p)
+
+
 def test_every_named_query_is_used_by_the_library():
     package = resources.files("kagent_governed_memory")
-    store_src = "".join(p.read_text() for p in package.iterdir() if p.name.endswith(".py"))
+    store_src = "".join(_sources(package))
     text = resources.files("kagent_governed_memory").joinpath("sql", "queries.sql").read_text()
     names = re.findall(r"^-- name: (\w+) :(?:one|many|exec)$", text, re.MULTILINE)
     assert len(names) == len(set(names)) >= 13
