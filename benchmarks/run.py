@@ -73,11 +73,11 @@ from kagent_governed_memory import (
     OriginKind,
     Principal,
     ScopeKey,
-    telemetry,
 )
 from kagent_governed_memory import store as governed_sql
-from kagent_governed_memory.store import Admission, migrate
 from kagent_governed_memory.policy import PROTOTYPE_POLICY, MemoryPolicy
+from kagent_governed_memory.store import Admission, migrate
+from kagent_governed_memory.testing import telemetry_module as telemetry
 
 LOCAL = "example.org"
 NAMESPACE = "kagent"
