@@ -37,9 +37,9 @@ from pathlib import Path
 import yaml
 
 REPO = Path(__file__).resolve().parent.parent
-CHECKER = REPO / "tests" / "go_crdcheck" / "main.go"
+CHECKER = REPO / "tests" / "series" / "go_crdcheck" / "main.go"
 MODFILE = REPO / "scripts" / "kagent_main_modfile.py"
-CASES = REPO / "tests" / "kagent_main"
+CASES = REPO / "tests" / "series" / "kagent_main"
 API_PACKAGES = ("./api/v1alpha2/", "./api/v1alpha3/")
 
 

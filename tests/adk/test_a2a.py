@@ -9,22 +9,21 @@ import asyncio
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 import uuid
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-import uvicorn
-from adk_support import AGENT, BRIDGE_KEY, ISSUER, PUBLIC_KEYS, CountingEmbedder, ScriptedLlm, \
+from support.adk import AGENT, BRIDGE_KEY, ISSUER, PUBLIC_KEYS, CountingEmbedder, ScriptedLlm, \
     save_plan
-from conftest import make_key, migrated, open_store
+from support.a2a import serving
+from support.db import migrated, open_store
+from support.scopes import make_key
 from google.adk.agents import LlmAgent
 from google.adk.sessions import InMemorySessionService
 
@@ -34,7 +33,7 @@ from kagent_governed_memory.adk.a2a import governed_a2a_app
 
 # The doc whose ```python block is the BYO-over-A2A example (the lead may move it to the README:
 # change this one constant).
-DOC = Path(__file__).resolve().parent.parent / "docs" / "byo-a2a.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "byo-a2a.md"
 MARKER = "governed_a2a_app("
 
 
@@ -42,33 +41,6 @@ def doc_example(path: Path = DOC) -> str:
     blocks = re.findall(r"```python\n(.*?)```", path.read_text(), re.DOTALL)
     [example] = [b for b in blocks if MARKER in b]
     return example
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@asynccontextmanager
-async def serving(app: Any) -> AsyncIterator[str]:
-    """``app`` served by a real uvicorn on loopback; yields its base URL."""
-    port = _free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
-                                           lifespan="on"))
-    task = asyncio.create_task(server.serve())
-    try:
-        for _ in range(600):
-            if server.started:
-                break
-            if task.done():
-                task.result()
-            await asyncio.sleep(0.05)
-        assert server.started, "uvicorn did not start"
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        await asyncio.wait_for(task, timeout=60)
 
 
 def _texts(value: Any) -> list[str]:
@@ -268,7 +240,7 @@ async def test_the_readme_block_serves_governed_memory(database, monkeypatch):
     a new one."""
     from kagent_governed_memory import public_key_pem
 
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     [block] = [b for b in re.findall(r"```python\n(.*?)```", readme, re.DOTALL)
                if "def build_app(" in b]
     namespace: dict[str, Any] = {}

@@ -9,8 +9,8 @@ import json
 import uuid
 
 import pytest
-from adk_support import AGENT
-from conftest import make_key
+from support.adk import AGENT
+from support.scopes import make_key
 from test_a2a import a2a, bridge_sign, send  # noqa: F401  (a2a: the fixture)
 
 from kagent_governed_memory import ASSERTION_HEADER

@@ -13,8 +13,9 @@ import secrets
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from adk_support import AGENT, ISSUER, PUBLIC_KEYS, build, context_id, save_plan, sign
-from conftest import make_key, open_store, physical_rows, save
+from support.adk import AGENT, ISSUER, PUBLIC_KEYS, build, context_id, save_plan, sign
+from support.db import open_store, physical_rows, save
+from support.scopes import make_key
 
 from kagent_governed_memory import AgentIdentity, ReasonCode
 from kagent_governed_memory.admission import Admission

@@ -8,7 +8,7 @@ loop that uses it; bad URIs are refused with a hint and without echoing the URI.
 from __future__ import annotations
 
 import pytest
-from conftest import make_key
+from support.scopes import make_key
 from google.adk.cli import service_registry
 from google.adk.cli.service_registry import ServiceRegistry
 

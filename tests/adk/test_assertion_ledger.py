@@ -13,8 +13,9 @@ from datetime import UTC, datetime, timedelta
 
 import psycopg
 import pytest
-from adk_support import BRIDGE_KEY, ISSUER, PUBLIC_KEYS, build, context_id, save_plan, sign
-from conftest import make_key, open_store, save
+from support.adk import BRIDGE_KEY, ISSUER, PUBLIC_KEYS, build, context_id, save_plan, sign
+from support.db import open_store, save
+from support.scopes import make_key
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from kagent_governed_memory import (

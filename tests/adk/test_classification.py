@@ -4,8 +4,9 @@ whose signed classification or audience differs gets no memory (fail closed)."""
 from __future__ import annotations
 
 import pytest
-from adk_support import build, save_plan, sign
-from conftest import make_key, save
+from support.adk import build, save_plan, sign
+from support.db import save
+from support.scopes import make_key
 
 from kagent_governed_memory import InvalidInput
 

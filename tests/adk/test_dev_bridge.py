@@ -47,10 +47,11 @@ from kagent_governed_memory.adk import GovernedMemoryService, configure_governed
 from kagent_governed_memory.adk.dev import DevMemory
 from kagent_governed_memory.testing import ScriptedModel
 
-from adk_support import ISSUER, PUBLIC_KEYS
-from conftest import LOCAL, migrated
+from support.adk import ISSUER, PUBLIC_KEYS
+from support.db import migrated
+from support.settings import LOCAL
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 # The documented agent folder: the first ```python block of this file is its agent.py (the lead
 # may move the text into the README: change this one constant).
 DOC = ROOT / "docs" / "dev-bridge.md"

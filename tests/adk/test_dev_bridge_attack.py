@@ -20,7 +20,8 @@ from kagent_governed_memory import (
 )
 from kagent_governed_memory._embedded import BRIDGE_ROLE, DEV_MARKER, RUNTIME_ROLE
 
-from conftest import LOCAL, migrated
+from support.db import migrated
+from support.settings import LOCAL
 
 ME = AgentIdentity(namespace="dev", name="my-agent")
 

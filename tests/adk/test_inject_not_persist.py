@@ -8,8 +8,8 @@ import json
 import secrets
 import sqlite3
 
-from adk_support import build, save_plan
-from conftest import make_key, vec
+from support.adk import build, save_plan
+from support.scopes import make_key, vec
 from google.adk.sessions.sqlite_session_service import SqliteSessionService
 
 PURPOSE = "personal_preferences"

@@ -8,8 +8,8 @@ from __future__ import annotations
 import secrets
 
 import pytest
-from adk_support import build
-from conftest import make_key, vec
+from support.adk import build
+from support.scopes import make_key, vec
 from opentelemetry import _logs
 from opentelemetry.sdk._logs import LoggerProvider
 from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter, SimpleLogRecordProcessor

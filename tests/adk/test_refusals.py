@@ -13,8 +13,8 @@ import secrets
 from datetime import UTC, datetime
 
 import pytest
-from adk_support import AGENT, build, context_id, save_plan, sign
-from conftest import make_key
+from support.adk import AGENT, build, context_id, save_plan, sign
+from support.scopes import make_key
 from google.genai import types
 
 from kagent_governed_memory import (
@@ -218,7 +218,7 @@ async def test_adks_own_load_memory_says_no_memory_and_why(store, caplog):
     from google.adk.sessions import InMemorySessionService
     from google.adk.tools import load_memory
 
-    from adk_support import ScriptedLlm
+    from support.adk import ScriptedLlm
 
     model = ScriptedLlm(plan=lambda text: ("load_memory", {"query": text}))
     service = GovernedMemoryService(store, agent=AGENT, embedder=HashingEmbedder())
@@ -228,7 +228,7 @@ async def test_adks_own_load_memory_says_no_memory_and_why(store, caplog):
     key = make_key()  # no consent
     s = await runner.session_service.create_session(app_name=AGENT.app_name, user_id="u")
     out = []
-    from adk_support import ISSUER, PUBLIC_KEYS
+    from support.adk import ISSUER, PUBLIC_KEYS
 
     with memory_request(sign(key, session="adk-own"), public_keys=PUBLIC_KEYS, issuer=ISSUER,
                         agent=AGENT, context_id=context_id("adk-own")):

@@ -11,9 +11,10 @@ import secrets
 import uuid
 
 import pytest
-from adk_support import AGENT, ISSUER, PUBLIC_KEYS, build, context_id, save_plan, sign
-from conftest import make_key, physical_rows, save
-from test_controls import AGENTS, ALICE, OK, ROOM
+from support.adk import AGENT, ISSUER, PUBLIC_KEYS, build, context_id, save_plan, sign
+from support.db import physical_rows, save
+from support.scopes import make_key
+from support.controls import AGENTS, ALICE, OK, ROOM
 
 from kagent_governed_memory import (
     AgentIdentity,

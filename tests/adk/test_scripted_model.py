@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 
-from adk_support import AGENT, PUBLIC_KEYS, ISSUER, context_id, sign
-from conftest import migrated, open_store
+from support.adk import AGENT, PUBLIC_KEYS, ISSUER, context_id, sign
+from support.db import migrated, open_store
 from google.adk.agents import LlmAgent
 from google.adk.runners import Runner
 from google.adk.sessions import InMemorySessionService

@@ -12,8 +12,9 @@ import tempfile
 
 import psycopg
 import pytest
-from adk_support import build
-from conftest import make_key, open_store, save, scope_uuid, vec
+from support.adk import build
+from support.db import open_store, save, scope_uuid
+from support.scopes import make_key, vec
 
 from kagent_governed_memory import (
     ConsentRequired,

@@ -11,18 +11,18 @@ The same flow without the sanitizers leaks at least one sentinel: the test can f
 
 from __future__ import annotations
 
-import base64
 import io
 import json
 import logging
-import secrets
 import threading
 import traceback
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-from adk_support import build, save_plan
-from conftest import EMBEDDER_TIMEOUT, make_key
+from support.adk import build, save_plan
+from support.scopes import make_key
+from support.sentinels import ROUTER, leaks, make_sentinels
+from support.settings import EMBEDDER_TIMEOUT
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -39,32 +39,6 @@ from kagent_governed_memory import (
 from kagent_governed_memory.telemetry import ContentFreeSpanProcessor, install_content_free_logging
 
 PURPOSE = "personal_preferences"
-
-
-class _Router:
-    """The process-wide tracer provider routes to whichever pipeline the running test set."""
-
-    target = None
-
-    def on_start(self, span, parent_context=None):
-        if self.target is not None:
-            self.target.on_start(span, parent_context=parent_context)
-
-    def _on_ending(self, span):
-        pass
-
-    def on_end(self, span):
-        if self.target is not None:
-            self.target.on_end(span)
-
-    def shutdown(self):
-        pass
-
-    def force_flush(self, timeout_millis=30000):
-        return True
-
-
-ROUTER = _Router()
 
 
 @pytest.fixture(autouse=True)
@@ -120,24 +94,6 @@ def provider_url():
     yield f"http://127.0.0.1:{server.server_address[1]}"
     server.shutdown()
     server.server_close()
-
-
-def _sentinels() -> dict[str, str]:
-    # the quote and the é make the JSON-escaped form differ from the raw one
-    return {name: f'Z{secrets.token_hex(8)}é"' for name in (
-        "prefetch_query", "load_query", "embed_query", "embed_body", "fact", "db", "summary",
-        "model")}
-
-
-def _forms(sentinel: str) -> list[str]:
-    raw = sentinel.encode()
-    core = sentinel[1:17]
-    return [core, raw.hex(), base64.b64encode(raw).decode(), json.dumps(sentinel)[1:-1],
-            base64.b64encode(core.encode()).decode()[:20]]
-
-
-def _leaks(haystack: str, sentinels: dict[str, str]) -> list[str]:
-    return [name for name, s in sentinels.items() if any(f in haystack for f in _forms(s))]
 
 
 async def _run_flow(store, database, provider_url, sentinels, *, sanitized: bool):
@@ -254,7 +210,7 @@ async def _run_flow(store, database, provider_url, sentinels, *, sanitized: bool
 async def roomy_store(database):
     """A store under a policy with room for the scripted session's explicit operations (the
     budgets are the scope's registered policy's)."""
-    from conftest import open_store
+    from support.db import open_store
 
     s = await open_store(database, MemoryPolicy(version="sentinel-run", explicit_burst=20,
                                                 explicit_ops_per_minute=60))
@@ -264,21 +220,21 @@ async def roomy_store(database):
 
 async def test_no_sentinel_reaches_any_sink(roomy_store, database, provider_url):
     store = roomy_store
-    sentinels = _sentinels()
+    sentinels = make_sentinels()
     sinks, exporter = await _run_flow(store, database, provider_url, sentinels, sanitized=True)
     assert exporter.get_finished_spans(), "spans were exported"
     assert any(sp.name.startswith("kgm.memory.") for sp in exporter.get_finished_spans())
     assert "content-free" in sinks["logs"], "upstream log lines were captured (and sanitized)"
     for sink, text in sinks.items():
         assert text, f"the {sink} sink captured nothing"
-        assert _leaks(text, sentinels) == [], sink
+        assert leaks(text, sentinels) == [], sink
 
 
 async def test_without_the_sanitizers_sentinels_leak(roomy_store, database, provider_url):
     store = roomy_store
-    sentinels = _sentinels()
+    sentinels = make_sentinels()
     sinks, _ = await _run_flow(store, database, provider_url, sentinels, sanitized=False)
-    leaked = {sink: _leaks(text, sentinels) for sink, text in sinks.items()}
+    leaked = {sink: leaks(text, sentinels) for sink, text in sinks.items()}
     assert leaked["logs"] and leaked["spans"], leaked
     # the library's own sinks stay clean even then
     for sink in ("metrics", "audit", "tool messages", "errors"):

@@ -8,8 +8,9 @@ from __future__ import annotations
 import asyncio
 import secrets
 
-from adk_support import build
-from conftest import make_key, physical_rows
+from support.adk import build
+from support.db import physical_rows
+from support.scopes import make_key
 
 from kagent_governed_memory import ReasonCode
 

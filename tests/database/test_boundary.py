@@ -13,7 +13,9 @@ from datetime import timedelta
 
 import psycopg
 import pytest
-from conftest import LOCAL, make_key, open_store, physical_rows, save, scope_uuid, vec
+from support.db import open_store, physical_rows, save, scope_uuid
+from support.scopes import make_key, vec
+from support.settings import LOCAL
 from psycopg import sql
 from test_expiry import _key_args, _vector_literal, plant
 from test_roles_and_policies import BRIDGE, OPERATOR, RUNTIME, SERVICE
@@ -501,7 +503,7 @@ async def test_overdue_expired_rows_are_a_violation_and_the_service_sweeps(store
 
 
 async def test_sweeper_stops_cleanly_at_any_moment(database):
-    from conftest import migrated
+    from support.db import migrated
 
     await migrated(database)
     for delay in (0, 0.001, 0.01):

@@ -4,23 +4,16 @@ commands with exit codes, and no memory text in operator output."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import secrets
-import subprocess
-import sys
 
-from conftest import make_key, open_store, save
+from support.cli import run
+from support.db import open_store, save
+from support.scopes import make_key
 
 from kagent_governed_memory import _sql
 
 PURPOSE = "personal_preferences"
-
-
-def run(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    full_env = {k: v for k, v in os.environ.items() if k != "KGM_DSN"} | (env or {})
-    return subprocess.run([sys.executable, "-m", "kagent_governed_memory", *args],
-                          capture_output=True, text=True, timeout=180, env=full_env, check=False)
 
 
 def test_demo_on_embedded_postgres():

@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta
 import psycopg
 import pytest
 from psycopg_pool import AsyncConnectionPool
-from test_controls import AGENTS, ALICE, PURPOSE, ROOM, checks, OK
+from support.controls import AGENTS, ALICE, OK, PURPOSE, ROOM, checks
 
 from kagent_governed_memory import ReasonCode
 from kagent_governed_memory.confirmations import (

@@ -7,9 +7,11 @@ import base64
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from conftest import make_key, physical_rows, save
+from support.controls import AGENTS, ALICE, OK, PURPOSE, ROOM, checks
+from support.db import physical_rows, save
+from support.scopes import make_key
 
-from kagent_governed_memory import AgentIdentity, Principal, ReasonCode
+from kagent_governed_memory import Principal, ReasonCode
 from kagent_governed_memory.control_room import ControlRoomCheck
 from kagent_governed_memory.controls import (
     ConfirmationRequired,
@@ -22,27 +24,6 @@ from kagent_governed_memory.controls import (
     parse_memory_command,
 )
 from kagent_governed_memory.errors import InvalidInput
-
-PURPOSE = "personal_preferences"
-ROOM = "!control-a:example.org"
-ALICE = Principal(mxid="@alice:example.org", origin="native_local")
-AGENTS = {"my-agent": AgentIdentity(namespace="kagent", name="my-agent"),
-          "other": AgentIdentity(namespace="kagent", name="other")}
-OK = ControlRoomCheck(allowed=True)
-
-
-def checks(*results: ControlRoomCheck):
-    """A room check that answers from a script (and records how often it was asked)."""
-    queue = list(results)
-    calls: list[int] = []
-
-    async def check() -> ControlRoomCheck:
-        calls.append(1)
-        return queue.pop(0) if len(queue) > 1 else queue[0]
-
-    check.calls = calls  # type: ignore[attr-defined]
-    return check
-
 
 @pytest.fixture
 def now():

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from conftest import make_key
+from support.scopes import make_key
 
 from kagent_governed_memory import (
     DevDatabase,

@@ -8,7 +8,8 @@ import uuid
 
 import psycopg
 import pytest
-from conftest import make_key, migrated, open_store, physical_rows, save, scope_uuid, vec
+from support.db import migrated, open_store, physical_rows, save, scope_uuid
+from support.scopes import make_key, vec
 
 from kagent_governed_memory import (
     ConsentRequired,

@@ -11,7 +11,8 @@ import asyncio
 
 import psycopg
 import pytest
-from conftest import make_key, physical_rows, save, scope_uuid, vec
+from support.db import physical_rows, save, scope_uuid
+from support.scopes import make_key, vec
 
 PURPOSE = "personal_preferences"
 
@@ -132,7 +133,7 @@ async def test_b2_expired_rows_invisible_before_sweep_then_swept(store, database
 
 
 async def test_b4_expired_rows_do_not_count_toward_cap(database):
-    from conftest import migrated, open_store
+    from support.db import migrated, open_store
 
     from kagent_governed_memory import EntryCapReached, MemoryPolicy
 

@@ -10,7 +10,8 @@ import traceback
 
 import psycopg
 import pytest
-from conftest import make_key, physical_rows, save, scope_uuid, vec
+from support.db import physical_rows, save, scope_uuid
+from support.scopes import make_key, vec
 
 from kagent_governed_memory import (
     ConsentRequired,
@@ -203,7 +204,7 @@ async def test_b6_sentinels_in_facts_never_reach_errors(store, database, granted
     sentinel = "SENTINEL-" + secrets.token_hex(8)
     failures: list[BaseException] = []
     small = MemoryPolicy(version="tiny", entry_cap=1)
-    from conftest import open_store
+    from support.db import open_store
 
     tiny = await open_store(database, small)
     try:
@@ -270,7 +271,7 @@ async def test_store_unavailable_is_content_free(database):
 
 
 async def test_schema_missing_is_a_clear_error(database):
-    from conftest import open_store
+    from support.db import open_store
 
     s = await open_store(database)
     try:

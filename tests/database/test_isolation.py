@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import psycopg
 import pytest
-from conftest import make_key, physical_rows, save, scope_uuid, vec
+from support.db import physical_rows, save, scope_uuid
+from support.scopes import make_key, vec
 
 from kagent_governed_memory import (
     ConsentRequired,

@@ -30,7 +30,9 @@ from contextlib import contextmanager
 
 import psycopg
 import pytest
-from conftest import LOCAL, make_key, migrated, physical_rows, save, scope_uuid, vec
+from support.db import migrated, physical_rows, save, scope_uuid
+from support.scopes import make_key, vec
+from support.settings import LOCAL
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 

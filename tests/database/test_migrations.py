@@ -9,23 +9,15 @@ from importlib import resources
 
 import psycopg
 import pytest
-from conftest import LOCAL, make_key, open_store, save, scope_uuid, vec
+from support.db import UPSTREAM_SHAPED_MEMORY, open_store, save, scope_uuid
+from support.scopes import make_key, vec
+from support.settings import LOCAL
 
 from kagent_governed_memory import ReasonCode, StoreUnavailable, _sql, migrate
 
 PURPOSE = "personal_preferences"
 GOVERNED_TABLES = {"memory_scope", "memory_entry", "memory_audit", "memory_config",
                    "memory_principal_block", "memory_admission_bucket"}
-
-# The column shape of upstream kagent's `memory` table (vector track 000001-000003), written
-# here from its documented schema so the coexistence test has old rows to protect.
-UPSTREAM_SHAPED_MEMORY = """
-CREATE TABLE memory (
-    id TEXT PRIMARY KEY DEFAULT gen_random_uuid()::text, agent_name TEXT, user_id TEXT,
-    content TEXT, embedding vector(768), metadata TEXT, created_at TIMESTAMPTZ,
-    expires_at TIMESTAMPTZ, access_count BIGINT DEFAULT 0)
-"""
-
 
 def _tables(conn: psycopg.Connection) -> set[str]:
     rows = conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = current_schema()")

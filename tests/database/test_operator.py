@@ -9,7 +9,8 @@ import subprocess
 import sys
 
 import pytest
-from conftest import make_key, physical_rows, save, scope_uuid
+from support.db import physical_rows, save, scope_uuid
+from support.scopes import make_key
 from test_expiry import plant
 
 PURPOSE = "personal_preferences"

@@ -10,9 +10,10 @@ import itertools
 
 import numpy as np
 import pytest
-from conftest import make_key, open_store
+from support.db import open_store
+from support.scopes import make_key
 
-import minilm
+from support import minilm
 from kagent_governed_memory import (
     InvalidInput,
     MemoryPolicy,
@@ -50,7 +51,7 @@ def test_the_numpy_model_is_a_real_sentence_encoder(model):
 
 
 async def test_recall_at_5_on_real_sentence_embeddings(database, model):
-    from conftest import migrated
+    from support.db import migrated
 
     await migrated(database)
     policy = MemoryPolicy(version="minilm-384", embedding_dimension=minilm.DIMENSION)

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import psycopg
 import pytest
-from conftest import LOCAL, make_key
+from support.scopes import make_key
+from support.settings import LOCAL
 from test_expiry import _key_args, _vector_literal
 from test_roles_and_policies import (
     AUDIENCE,

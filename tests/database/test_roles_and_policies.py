@@ -11,7 +11,9 @@ from datetime import UTC, datetime, timedelta
 
 import psycopg
 import pytest
-from conftest import LOCAL, make_key, migrated, open_store, register_policy, save, vec
+from support.db import migrated, open_store, register_policy, save
+from support.scopes import make_key, vec
+from support.settings import LOCAL
 from psycopg.conninfo import make_conninfo
 from test_expiry import _key_args, _vector_literal
 

@@ -13,7 +13,7 @@ from datetime import timedelta
 
 import psycopg
 import pytest
-from conftest import migrated
+from support.db import migrated
 from test_roles_and_policies import connect, executable, refused
 
 from kagent_governed_memory._embedded import (

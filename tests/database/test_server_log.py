@@ -22,7 +22,9 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from conftest import LOCAL, make_key, migrated, open_store, vec
+from support.db import migrated, open_store
+from support.scopes import make_key, vec
+from support.settings import LOCAL
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 import kagent_governed_memory.store as store_module

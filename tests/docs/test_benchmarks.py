@@ -14,9 +14,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_migrations import UPSTREAM_SHAPED_MEMORY
+from support.db import UPSTREAM_SHAPED_MEMORY
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
 sys.path.insert(0, str(BENCH))
 
 
@@ -138,7 +138,7 @@ def test_boundary_ab_runs_at_a_tiny_size():
     database; both sides answer and are timed."""
     import importlib.util
 
-    path = Path(__file__).parent.parent / "benchmarks" / "boundary_ab.py"
+    path = BENCH / "boundary_ab.py"
     spec = importlib.util.spec_from_file_location("boundary_ab", path)
     assert spec and spec.loader
     ab = importlib.util.module_from_spec(spec)
@@ -154,7 +154,7 @@ def test_assertion_cost_runs_at_a_tiny_size():
     import asyncio
     import importlib.util
 
-    path = Path(__file__).parent.parent / "benchmarks" / "assertion_cost.py"
+    path = BENCH / "assertion_cost.py"
     spec = importlib.util.spec_from_file_location("assertion_cost", path)
     assert spec and spec.loader
     bench = importlib.util.module_from_spec(spec)
@@ -218,7 +218,7 @@ async def test_adk_turn_benchmark_at_a_tiny_size(database):
 async def test_adk_turn_benchmark_in_kagent_mode_at_a_tiny_size(database):
     """benchmarks/adk_turn.py --kagent: governed-kagent is timed through the compiled
     controller, and its turns were served (not refused, which would be cheaper)."""
-    import go_controller
+    from support import go_controller
 
     from kagent_governed_memory.keys import generate_private_key, public_key_pem
     from kagent_governed_memory.migrations import migrate
@@ -256,7 +256,7 @@ async def test_adk_turn_benchmark_on_kagent_main_at_a_tiny_size(database):
     served (a refused request would be a cheaper turn)."""
     import uuid
 
-    import go_controller
+    from support import go_controller
 
     from kagent_governed_memory.keys import generate_private_key, public_key_pem
 

@@ -14,12 +14,12 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-from test_cli import run
+from support.cli import run
 
 from kagent_governed_memory import PROTOTYPE_POLICY
 from kagent_governed_memory.cli import _parser
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CLI_DOC = ROOT / "docs" / "cli.md"  # the lead may move the reference: one constant
 
 

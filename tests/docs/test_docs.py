@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 REQUIREMENTS = REPO / "docs" / "requirements.md"
 SKIP_DIRS = {".venv", ".git", "node_modules", ".mypy_cache", ".pytest_cache", "__pycache__"}
 UNSHIPPED = re.compile(r"\b(?:SPEC|CONTRACT|ARCHITECTURE)\.md\b|\.\./shared\b|\bresearch/")

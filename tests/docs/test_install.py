@@ -16,7 +16,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 MIGRATIONS = ROOT / "kagent_governed_memory" / "sql" / "migrations"
 
 

@@ -9,9 +9,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import migrated
+from support.db import migrated
 
-EXAMPLE_DOC = Path(__file__).parent.parent / "docs" / "adk.md"
+EXAMPLE_DOC = Path(__file__).resolve().parents[2] / "docs" / "adk.md"
 
 
 async def test_readme_adk_example_runs(database, tmp_path):

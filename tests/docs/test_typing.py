@@ -13,7 +13,7 @@ from typing import get_args
 
 from kagent_governed_memory import OriginKind, OriginName, ScopeKind, ScopeKindName
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 # Each line fails type-checking if the name it probes is Any or has lost its signature: a
 # variable annotated with an Any-typed name is an error ("not valid as a type"), and

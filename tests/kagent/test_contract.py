@@ -32,11 +32,11 @@ import uuid
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
-import go_controller_main
+from support import go_controller_main
 import httpx
 import psycopg
 import pytest
-from contract_backends import (
+from support.contract_backends import (
     Backend,
     HttpBackend,
     KagentBackend,
@@ -45,7 +45,7 @@ from contract_backends import (
     Refused,
     scope_body,
 )
-from go_controller import (
+from support.go_controller import (
     BRIDGE_SERVICE_ACCOUNT,
     Unavailable,
     agent_headers,

@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 import pytest
-from adk_support import AGENT, ISSUER, PUBLIC_KEYS, sign
+from support.adk import AGENT, ISSUER, PUBLIC_KEYS, sign
 
 from kagent_governed_memory import (
     GovernanceError,
@@ -49,7 +49,7 @@ class Peer:
 
 
 def key() -> Any:
-    from conftest import make_key
+    from support.scopes import make_key
 
     return make_key()
 
@@ -234,7 +234,7 @@ async def test_what_a_runtime_call_sends() -> None:
 @pytest.mark.parametrize("token", [SA_TOKEN, "SATOKENSENTINELé"])
 async def test_the_chat_answers_whatever_the_controller_does(answer: Any, token: str,
                                                              caplog: Any) -> None:
-    from adk_support import build, save_plan
+    from support.adk import build, save_plan
 
     store = runtime(Peer(answer), token=token)
     h = build(store, plan=save_plan)  # type: ignore[arg-type]

@@ -25,8 +25,8 @@ from typing import Any
 import httpx
 import psycopg
 import pytest
-from contract_backends import HttpBackend, Refused
-from go_controller import Unavailable, agent_headers, bridge_headers, serve
+from support.contract_backends import HttpBackend, Refused
+from support.go_controller import Unavailable, agent_headers, bridge_headers, serve
 from psycopg.conninfo import make_conninfo
 
 from kagent_governed_memory import (

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts/gen_grpc_stubs.py"
 RPCS = ("GrantConsent", "Generation", "Redeem", "Admit", "Save", "Search", "Inspect", "Forget",
         "ForgetAll", "Withdraw", "Status", "Offboard")

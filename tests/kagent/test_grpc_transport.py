@@ -23,9 +23,10 @@ grpc = pytest.importorskip("grpc", reason="GRPC TRANSPORT NOT RUN: the kagent-ma
                            "is not installed (pip install -e '.[test]')")
 
 import httpx  # noqa: E402
-from adk_support import AGENT, ISSUER, PUBLIC_KEYS, context_id, sign  # noqa: E402
-from conftest import LOCAL, make_key, vec  # noqa: E402
-from grpc_standin import StandIn, serve  # noqa: E402
+from support.adk import AGENT, ISSUER, PUBLIC_KEYS, context_id, sign  # noqa: E402
+from support.scopes import make_key, vec  # noqa: E402
+from support.settings import LOCAL
+from support.grpc_standin import StandIn, serve  # noqa: E402
 
 from kagent_governed_memory import (  # noqa: E402
     GovernanceError,

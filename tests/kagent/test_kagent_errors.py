@@ -25,7 +25,7 @@ from kagent_governed_memory import (
     public_keys_from_env,
 )
 
-from conftest import make_key
+from support.scopes import make_key
 
 FULL = {
     "KAGENT_MEMORY_URL": "http://127.0.0.1:9",

@@ -20,14 +20,16 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
 from typing import Any
 
-import go_controller_main
+from support import go_controller_main
 import grpc
 import grpc.aio
 
 import pytest
-from adk_support import AGENT, BRIDGE_KEY, ISSUER, PUBLIC_KEYS, build, context_id, save_plan, sign
-from conftest import CONTROLLER_BUDGETS, LOCAL, Db, make_key, physical_rows, vec
-from go_controller import BRIDGE_SERVICE_ACCOUNT, Unavailable, service_account_token
+from support.adk import AGENT, BRIDGE_KEY, ISSUER, PUBLIC_KEYS, build, context_id, save_plan, sign
+from support.db import Db, physical_rows
+from support.scopes import make_key, vec
+from support.settings import CONTROLLER_BUDGETS, LOCAL
+from support.go_controller import BRIDGE_SERVICE_ACCOUNT, Unavailable, service_account_token
 from psycopg.conninfo import make_conninfo
 
 from kagent_governed_memory import (
@@ -165,11 +167,11 @@ async def test_a_replayed_grant_is_refused_by_main(main: Main) -> None:
 
 
 async def test_no_sentinel_or_grant_reaches_the_logs_on_main(main: Main) -> None:
-    from test_sentinels import _leaks, _sentinels
+    from support.sentinels import leaks, make_sentinels
 
     from kagent_governed_memory.telemetry import install_content_free_logging
 
-    s = _sentinels()
+    s = make_sentinels()
     root, stream = logging.getLogger(), io.StringIO()
     handler = logging.StreamHandler(stream)
     handler.setFormatter(logging.Formatter("%(name)s %(levelname)s %(message)s %(args)r"))
@@ -197,7 +199,7 @@ async def test_no_sentinel_or_grant_reaches_the_logs_on_main(main: Main) -> None
     assert "Governed memory operation" in sinks["controller log"]  # it logged, and ...
     assert "controller" in sinks["logs"]
     for sink, text in sinks.items():
-        assert _leaks(text, s) == [], sink
+        assert leaks(text, s) == [], sink
         leaked = sum(g in text or g[:16] in text for g in main.minted)
         assert leaked == 0, f"{leaked} runtime grant(s) reached the {sink}"
         assert BRIDGE_KEY is not None and service_account_token(

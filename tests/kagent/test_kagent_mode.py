@@ -28,9 +28,11 @@ from typing import Any
 import httpx
 import psycopg
 import pytest
-from adk_support import AGENT, BRIDGE_KEY, ISSUER, PUBLIC_KEYS, build, save_plan, sign
-from conftest import CONTROLLER_BUDGETS, LOCAL, Db, make_key, migrated, open_store, physical_rows, vec
-from go_controller import (
+from support.adk import AGENT, BRIDGE_KEY, ISSUER, PUBLIC_KEYS, build, save_plan, sign
+from support.db import Db, migrated, open_store, physical_rows
+from support.scopes import make_key, vec
+from support.settings import CONTROLLER_BUDGETS, LOCAL
+from support.go_controller import (
     BRIDGE_SERVICE_ACCOUNT,
     ControllerProcess,
     Unavailable,
@@ -362,7 +364,7 @@ async def test_no_sentinel_reaches_any_sink(mode: Mode, monkeypatch: Any) -> Non
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-    from test_sentinels import ROUTER, _leaks, _sentinels
+    from support.sentinels import ROUTER, leaks, make_sentinels
 
     from kagent_governed_memory.telemetry import (
         ContentFreeSpanProcessor,
@@ -374,7 +376,7 @@ async def test_no_sentinel_reaches_any_sink(mode: Mode, monkeypatch: Any) -> Non
         provider = TracerProvider()
         provider.add_span_processor(ROUTER)  # type: ignore[arg-type]
         trace.set_tracer_provider(provider)
-    s = _sentinels()
+    s = make_sentinels()
     root, stream = logging.getLogger(), io.StringIO()
     handler = logging.StreamHandler(stream)
     handler.setFormatter(logging.Formatter("%(name)s %(levelname)s %(message)s %(args)r"))
@@ -435,7 +437,7 @@ async def test_no_sentinel_reaches_any_sink(mode: Mode, monkeypatch: Any) -> Non
     assert "controller" in sinks["logs"] or mode.name == "direct"
     for sink, text in sinks.items():
         assert text, f"the {sink} sink captured nothing"
-        assert _leaks(text, s) == [], sink
+        assert leaks(text, s) == [], sink
 
 
 # -- the bridge's controls and the CLI on either backend -------------------------------------------
@@ -550,7 +552,7 @@ async def test_the_readmes_byo_agent_runs_in_kagent_mode(mode: Mode, tmp_path: A
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
     from pathlib import Path
 
-    from adk_support import ScriptedLlm
+    from support.adk import ScriptedLlm
     from google.adk.agents import LlmAgent
     from google.adk.runners import Runner
     from google.adk.sessions import InMemorySessionService
@@ -591,7 +593,7 @@ async def test_the_readmes_byo_agent_runs_in_kagent_mode(mode: Mode, tmp_path: A
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     monkeypatch.delenv("KGM_DSN", raising=False)
-    readme = (Path(__file__).parent.parent / "docs" / "modes.md").read_text()
+    readme = (Path(__file__).resolve().parents[2] / "docs" / "modes.md").read_text()
     [snippet] = [b for b in re.findall(r"```python\n(.*?)```", readme, re.DOTALL)
                  if "KagentControllerStore.from_env()" in b]
     namespace: dict[str, Any] = {}

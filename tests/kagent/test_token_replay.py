@@ -22,7 +22,7 @@ import os
 import subprocess
 
 import pytest
-from go_controller import Unavailable, build
+from support.go_controller import Unavailable, build
 
 TEST = "TestGovernedMemoryTokenReplay"
 

@@ -21,7 +21,7 @@ import time
 from typing import Any
 
 import pytest
-from matrix_fixtures import (  # noqa: F401  (the fixtures)
+from support.matrix_fixtures import (  # noqa: F401  (the fixtures)
     both_modes,
     controller_built,
     direct_world,
@@ -32,8 +32,8 @@ from matrix_fixtures import (  # noqa: F401  (the fixtures)
     mode,
     world,
 )
-from matrix_kagent import assert_served_by_the_controller, controller_sinks, explicit_budget
-from matrix_support import ATTACK, Person, World, entries, synapse_log
+from support.matrix_kagent import assert_served_by_the_controller, controller_sinks, explicit_budget
+from support.matrix import ATTACK, Person, World, entries, synapse_log
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -335,8 +335,8 @@ async def test_a_prompt_to_ignore_the_rules_changes_nothing(world: World) -> Non
 
 @both_modes
 async def test_no_sentinel_outside_the_store(world: World) -> None:
-    from matrix_sinks import capture, log_sinks
-    from test_sentinels import _forms, _leaks
+    from support.matrix_sinks import capture, log_sinks
+    from support.sentinels import leaks, sentinel_forms
 
     s = {name: f"Z{secrets.token_hex(8)}" for name in ("fact", "query", "command")}
     with capture() as got:
@@ -371,11 +371,11 @@ async def test_no_sentinel_outside_the_store(world: World) -> None:
                            ("database tables outside memory_entry", dumps),
                            ("the homeserver's log", synapse_log(world.hs)),
                            *controller_sinks(world)):
-        leaked = _leaks(haystack, s)
+        leaked = leaks(haystack, s)
         assert not leaked, f"sentinels {leaked} leaked into {sink}"
     # the probe can fail: the fact is in the room's timeline (the conversation itself)
     timeline = json.dumps(await nia.events(room, limit=100))
-    assert any(f in timeline for f in _forms(s["fact"]))
+    assert any(f in timeline for f in sentinel_forms(s["fact"]))
 
 
 # -- hard expiry (last: it waits out the minute the `expiring` fixture started) ---------------

@@ -25,11 +25,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests import go_controller
+from support import go_controller
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 SAMPLE = REPO / "samples" / "governed-memory"
-CHECKER = REPO / "tests" / "go_crdcheck" / "main.go"
+CHECKER = REPO / "tests" / "series" / "go_crdcheck" / "main.go"
 HELM_VERSION = "v3.18.0"  # kagent's CI (.github/workflows/ci.yaml, azure/setup-helm)
 # kagent's CI runs `helm plugin install https://github.com/helm-unittest/helm-unittest` (no
 # version: the latest release, whose install hook downloads that release's binary).  GitHub is

@@ -23,10 +23,10 @@ import time
 from pathlib import Path
 
 import pytest
-from go_controller import TAGS, Unavailable, build
-from tmp_guard import original_tmpdir
+from support.go_controller import TAGS, Unavailable, build
+from support.tmp_guard import original_tmpdir
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module", params=TAGS)

@@ -23,10 +23,10 @@ import time
 from pathlib import Path
 
 import pytest
-from go_controller import Unavailable, kagent_source
-from tmp_guard import original_tmpdir
+from support.go_controller import Unavailable, kagent_source
+from support.tmp_guard import original_tmpdir
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 SUBSTRATE_MIRROR = Path("/work/.mirror/agent-substrate+substrate/repo")
 SERIES = REPO / "patches" / "kagent-main"
 PR_TEXTS = REPO / "upstream-pr" / "kagent-main"

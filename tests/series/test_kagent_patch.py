@@ -26,8 +26,8 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from kagent_runtime.patched_copy import apply_series, copy_package, python_patches, site_packages
-from kagent_runtime.runtime_venv import (
+from support.kagent_runtime.patched_copy import apply_series, copy_package, python_patches, site_packages
+from support.kagent_runtime.runtime_venv import (
     RuntimeUnavailable,
     default_constraints,
     ensure_venv,
@@ -37,8 +37,8 @@ from psycopg.conninfo import make_conninfo
 
 from kagent_governed_memory._embedded import APP_ROLE, OWNER_ROLE, prepare_app_database
 
-REPO = Path(__file__).resolve().parent.parent
-HERE = Path(__file__).resolve().parent / "kagent_runtime"
+REPO = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parents[1] / "support" / "kagent_runtime"
 PATCHES = REPO / "patches" / "kagent-v0.9.11"
 
 if os.environ.get("KGM_SKIP_KAGENT_RUNTIME", "").strip() not in ("", "0"):
@@ -192,7 +192,7 @@ def compiled_dimension_report(kagent_runtime, postgresql_proc) -> dict:
 def _compiled_run(kagent_runtime, postgresql_proc, runtime: str, agent: str | None = None
                   ) -> dict:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-    from go_controller import Unavailable, serve, service_account_token
+    from support.go_controller import Unavailable, serve, service_account_token
 
     from kagent_governed_memory._embedded import OPERATOR_ROLE
     from kagent_governed_memory.keys import private_key_pem, public_key_pem

@@ -25,8 +25,8 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from kagent_runtime.patched_copy import apply_series, copy_package, python_patches, site_packages
-from kagent_runtime.runtime_venv import (
+from support.kagent_runtime.patched_copy import apply_series, copy_package, python_patches, site_packages
+from support.kagent_runtime.runtime_venv import (
     RuntimeUnavailable,
     default_constraints,
     ensure_venv,
@@ -38,8 +38,8 @@ from kagent_governed_memory._embedded import APP_ROLE, OWNER_ROLE, prepare_app_d
 
 import test_kagent_patch as on_0911  # the gates, asserted the same way on both releases
 
-REPO = Path(__file__).resolve().parent.parent
-HERE = Path(__file__).resolve().parent / "kagent_runtime"
+REPO = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parents[1] / "support" / "kagent_runtime"
 VERSION = "0.9.12"
 
 if os.environ.get("KGM_SKIP_KAGENT_RUNTIME", "").strip() not in ("", "0"):

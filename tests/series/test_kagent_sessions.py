@@ -35,8 +35,8 @@ from typing import Any
 
 import psycopg
 import pytest
-from kagent_runtime.patched_copy import apply_series, copy_package, python_patches, site_packages
-from kagent_runtime.runtime_venv import (
+from support.kagent_runtime.patched_copy import apply_series, copy_package, python_patches, site_packages
+from support.kagent_runtime.runtime_venv import (
     RuntimeUnavailable,
     default_constraints,
     ensure_venv,
@@ -50,8 +50,8 @@ from kagent_governed_memory._embedded import (
     prepare_app_database,
 )
 
-REPO = Path(__file__).resolve().parent.parent
-HERE = Path(__file__).resolve().parent / "kagent_runtime"
+REPO = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parents[1] / "support" / "kagent_runtime"
 DRIVER_TIMEOUT = 300
 # kagent's tables the session path must have written (proves the search reaches them)
 KAGENT_TABLES = ("public.session", "public.event", "public.task")
@@ -69,7 +69,7 @@ class PersistedRecall(AssertionError):
 @pytest.fixture(scope="module")
 def report(tmp_path_factory, postgresql_proc) -> dict[str, Any]:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-    from go_controller import (
+    from support.go_controller import (
         BRIDGE_SERVICE_ACCOUNT,
         Unavailable,
         serve_sessions,

@@ -27,16 +27,16 @@ import time
 from pathlib import Path
 
 import pytest
-from go_controller import TAG, Unavailable, kagent_source
-from kagent_runtime.patched_copy import apply_series, copy_package, python_patches, site_packages
-from kagent_runtime.runtime_venv import (
+from support.go_controller import TAG, Unavailable, kagent_source
+from support.kagent_runtime.patched_copy import apply_series, copy_package, python_patches, site_packages
+from support.kagent_runtime.runtime_venv import (
     RuntimeUnavailable,
     default_constraints,
     ensure_venv,
     python_of,
 )
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 ADK = "python/packages/kagent-adk"
 TIMEOUT = 900
 

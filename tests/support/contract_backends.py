@@ -54,7 +54,7 @@ from kagent_governed_memory import (
 from kagent_governed_memory.assertion import ScopeAssertion, sign_scope_assertion
 from kagent_governed_memory.keys import key_id
 
-from conftest import CONTROLLER_BUDGETS
+from support.settings import CONTROLLER_BUDGETS
 
 
 class Refused(Exception):

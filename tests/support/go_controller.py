@@ -47,13 +47,13 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 PATCHES = REPO / "patches" / "kagent-v0.9.11"
-OVERLAY = REPO / "tests" / "go_overlay" / "governed_memory_testserver_test.go"
+OVERLAY = REPO / "tests" / "support" / "go_overlay" / "governed_memory_testserver_test.go"
 # kagent's own session and task routes beside it (KGM_TESTSERVER_SESSIONS_ADDR_FILE)
-SESSIONS_OVERLAY = REPO / "tests" / "go_overlay" / "kagent_sessions_testserver_test.go"
+SESSIONS_OVERLAY = REPO / "tests" / "support" / "go_overlay" / "kagent_sessions_testserver_test.go"
 # the token replay test through kagent's A2A proxy (KGM_REPLAY_TEST; tests/test_token_replay.py)
-REPLAY_OVERLAY = REPO / "tests" / "go_overlay" / "governed_memory_replay_test.go"
+REPLAY_OVERLAY = REPO / "tests" / "support" / "go_overlay" / "governed_memory_replay_test.go"
 OVERLAYS = (OVERLAY, SESSIONS_OVERLAY, REPLAY_OVERLAY)
 DEFAULT_SRC = Path("/work/.mirror/kagent-dev+kagent/repo")
 TAG = "v0.9.11"

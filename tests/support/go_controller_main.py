@@ -43,7 +43,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
-from go_controller import (
+from support.go_controller import (
     BRIDGE_SERVICE_ACCOUNT,
     Unavailable,
     _cache_root,
@@ -52,10 +52,10 @@ from go_controller import (
     kagent_source,
 )
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 # $KGM_KAGENT_MAIN_SERIES: another directory of the series (e.g. a helper's patches before merge)
 SERIES = Path(os.environ.get("KGM_KAGENT_MAIN_SERIES") or REPO / "patches" / "kagent-main")
-OVERLAY_DIR = REPO / "tests" / "go_overlay_main"
+OVERLAY_DIR = REPO / "tests" / "support" / "go_overlay_main"
 SERVER_OVERLAY = OVERLAY_DIR / "governed_memory_main_testserver_test.go"
 # exactly one of these two: 0017's memorygrant.Store once the series has it, else the stand-in
 GRANTS_STORE_OVERLAY = OVERLAY_DIR / "governed_memory_main_grants_store_test.go"

@@ -23,7 +23,8 @@ import psycopg
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
-from conftest import LOCAL, POOL_TIMEOUT, Db
+from support.db import Db
+from support.settings import LOCAL, POOL_TIMEOUT
 from kagent_governed_memory import AgentIdentity, GovernedMemoryStore, MemoryPolicy
 from kagent_governed_memory._embedded import (
     APP_ROLE, BRIDGE_ROLE, CONTROLLER_ROLE, OPERATOR_ROLE, OWNER_ROLE, RUNTIME_ROLE,
@@ -246,7 +247,7 @@ async def serve_governed(stack: AsyncExitStack, identity: AgentIdentity, store: 
     (the direct store or ``KagentControllerStore``), with the scripted model, on loopback."""
     from google.adk.agents import LlmAgent
     from google.adk.sessions import InMemorySessionService
-    from test_a2a import serving
+    from support.a2a import serving
 
     from kagent_governed_memory.adk import GovernedMemoryService
     from kagent_governed_memory.adk.a2a import governed_a2a_app
@@ -335,7 +336,7 @@ async def world_context(hs: Any, db: Db, mode: str = "direct") -> AsyncIterator[
     (``matrix_kagent``: the agents and the bridge talk to the compiled controller)."""
     async with AsyncExitStack() as stack:
         if mode == "kagent":
-            from matrix_kagent import build_kagent_world
+            from support.matrix_kagent import build_kagent_world
 
             yield await build_kagent_world(stack, hs, db)
         else:

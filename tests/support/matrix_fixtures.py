@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
-from matrix_support import World, drop_database, entries, module_database, world_context
+from support.matrix import World, drop_database, entries, module_database, world_context
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +58,7 @@ async def direct_world(homeserver: Any, postgresql_proc: Any) -> AsyncIterator[W
 def controller_built() -> None:
     """The compiled controller, built (or from its cache); loudly NOT RUN without Go or
     kagent's source -- asked before the homeserver, so that is the reason given."""
-    from matrix_kagent import NOT_RUN, unavailable
+    from support.matrix_kagent import NOT_RUN, unavailable
 
     why = unavailable()
     if why is not None:

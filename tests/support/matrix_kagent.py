@@ -16,15 +16,16 @@ import json
 from contextlib import AsyncExitStack
 from typing import Any
 
-from conftest import CONTROLLER_BUDGETS, LOCAL, Db
-from go_controller import (
+from support.db import Db
+from support.settings import CONTROLLER_BUDGETS, LOCAL
+from support.go_controller import (
     BRIDGE_SERVICE_ACCOUNT,
     Unavailable,
     build,
     controller,
     service_account_token,
 )
-from matrix_support import AGENT, ISSUER, OTHER, World, closing_people, serve_governed, start_bridge
+from support.matrix import AGENT, ISSUER, OTHER, World, closing_people, serve_governed, start_bridge
 
 from kagent_governed_memory import KagentBridgeStore, KagentControllerStore
 from kagent_governed_memory.keys import generate_private_key, key_id, public_key_pem

@@ -29,7 +29,7 @@ def capture() -> Iterator[Captured]:
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-    from test_sentinels import ROUTER
+    from support.sentinels import ROUTER
 
     from kagent_governed_memory import telemetry
     from kagent_governed_memory.telemetry import install_content_free_logging

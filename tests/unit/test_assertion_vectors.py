@@ -29,7 +29,8 @@ from kagent_governed_memory import (
 )
 from kagent_governed_memory.assertion import MAX_TOKEN_CHARS
 
-VECTORS = Path(__file__).parent / "vectors" / "scope_assertion_v1.json"
+VECTORS = (Path(__file__).resolve().parents[1] / "support" / "vectors"
+           / "scope_assertion_v1.json")
 DOC: dict[str, Any] = json.loads(VECTORS.read_text(encoding="utf-8"))
 WITH = DOC["verify_with"]
 CASES = {c["name"]: c for c in DOC["cases"]}

@@ -30,7 +30,7 @@ import pytest
 from kagent_governed_memory.embedding import Embedder, HashingEmbedder, OpenAICompatibleEmbedder
 from kagent_governed_memory.errors import InvalidInput, ProviderError, ReasonCode
 
-from conftest import EMBEDDER_TIMEOUT
+from support.settings import EMBEDDER_TIMEOUT
 
 DIM = 768
 

@@ -1,4 +1,4 @@
-"""The session-end check of tests/tmp_guard.py: a run that leaves a file in its TMPDIR fails and
+"""The session-end check of tests/support/tmp_guard.py: a run that leaves a file in its TMPDIR fails and
 names it; a clean run, or one that leaves only the kept pg_ctl wrapper directory, passes."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-TESTS = Path(__file__).resolve().parent
+SUPPORT = Path(__file__).resolve().parents[1] / "support"
 
 LEAK = '''
 import os, tempfile
@@ -25,7 +25,7 @@ def inner_run(tmp_path: Path, action: str) -> tuple[subprocess.CompletedProcess[
     root.mkdir()
     (tmp_path / "test_probe.py").write_text(
         LEAK.format(outer=str(root), action=action))
-    env = {**os.environ, "TMPDIR": str(root), "PYTHONPATH": str(TESTS)}
+    env = {**os.environ, "TMPDIR": str(root), "PYTHONPATH": str(SUPPORT)}
     env.pop("PYTEST_DEBUG_TEMPROOT", None)
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "tmp_guard",
                            "-p", "no:cacheprovider", "test_probe.py"],

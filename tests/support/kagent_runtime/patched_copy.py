@@ -11,7 +11,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent.parent
+REPO = Path(__file__).resolve().parents[3]
 PATCHES = REPO / "patches" / "kagent-v0.9.11"
 
 
