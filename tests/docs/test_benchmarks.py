@@ -215,6 +215,7 @@ async def test_adk_turn_benchmark_at_a_tiny_size(database):
     assert "| governed |" in turn.render(result)
 
 
+@pytest.mark.controller
 async def test_adk_turn_benchmark_in_kagent_mode_at_a_tiny_size(database):
     """benchmarks/adk_turn.py --kagent: governed-kagent is timed through the compiled
     controller, and its turns were served (not refused, which would be cheaper)."""
@@ -250,6 +251,7 @@ async def test_adk_turn_benchmark_in_kagent_mode_at_a_tiny_size(database):
     assert "| governed-kagent |" in turn.render(result)
 
 
+@pytest.mark.controller
 async def test_adk_turn_benchmark_on_kagent_main_at_a_tiny_size(database):
     """benchmarks/adk_turn.py --kagent-main: governed-kagent-main is timed through kagent
     main's compiled controller over gRPC, one runtime grant per request, and its turns were

@@ -80,7 +80,10 @@ ISSUER = "https://bridge.example.org"
 BRIDGE_KEY = generate_private_key()  # the bridge's; the controller gets the public key only
 PURPOSE = "personal_preferences"
 EMBED = HashingEmbedder()
-BACKENDS = ["library", "controller", "kagent", "kagent-main"]
+# every backend but the library runs a compiled controller stand-in (docs/testing.md: markers)
+COMPILED = pytest.mark.controller
+BACKENDS = ["library", pytest.param("controller", marks=COMPILED),
+            pytest.param("kagent", marks=COMPILED), pytest.param("kagent-main", marks=COMPILED)]
 
 
 def fresh_key(tag: str, *, mxid: str | None = None, agent: str = "my-agent") -> ScopeKey:
@@ -357,7 +360,8 @@ def controller(backend_db: tuple[str, Db], controller_url: str | None) -> Iterat
 
 
 # The library has no callers to authenticate: these run on the compiled controller only.
-controller_only = pytest.mark.parametrize("backend_db", ["controller"], indirect=True)
+controller_only = pytest.mark.parametrize("backend_db", [pytest.param("controller", marks=COMPILED)],
+                                          indirect=True)
 
 
 async def _seeded(url: str) -> tuple[ScopeKey, HttpBackend, httpx.AsyncClient]:

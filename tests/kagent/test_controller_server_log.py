@@ -41,6 +41,9 @@ from kagent_governed_memory import (
 from kagent_governed_memory._embedded import CONTROLLER_ROLE, OWNER_ROLE, prepare_app_database
 from kagent_governed_memory.keys import generate_private_key, public_key_pem
 
+# through the compiled controller (go_controller.serve)
+pytestmark = pytest.mark.controller
+
 LOCAL = "example.org"
 ISSUER = "https://bridge.example.org"
 BRIDGE_KEY = generate_private_key()

@@ -42,6 +42,9 @@ from kagent_governed_memory import (
 from kagent_governed_memory._embedded import GRANTS_ROLE
 from kagent_governed_memory.keys import public_key_pem
 
+# against kagent main's compiled controller (go_controller_main)
+pytestmark = pytest.mark.controller
+
 PURPOSE = "personal_preferences"
 ENV = {"KAGENT_MEMORY_SCOPE_PUBLIC_KEYS": public_key_pem(BRIDGE_KEY).decode(),
        "KAGENT_MEMORY_SCOPE_ISSUER": ISSUER}

@@ -72,7 +72,11 @@ class Mode:
     process: ControllerProcess | None = None
 
 
-@pytest.fixture(params=["direct", "kagent"])
+# kagent mode runs the compiled controller stand-in (docs/testing.md: markers)
+KAGENT = pytest.param("kagent", marks=pytest.mark.controller)
+
+
+@pytest.fixture(params=["direct", KAGENT])
 async def mode(request: pytest.FixtureRequest, database: Db) -> AsyncIterator[Mode]:
     await migrated(database)
     if request.param == "direct":
@@ -97,7 +101,7 @@ async def mode(request: pytest.FixtureRequest, database: Db) -> AsyncIterator[Mo
         running.__exit__(None, None, None)
 
 
-kagent_only = pytest.mark.parametrize("mode", ["kagent"], indirect=True)
+kagent_only = pytest.mark.parametrize("mode", [KAGENT], indirect=True)
 
 
 def tool_result(out: list[str]) -> dict[str, Any]:

@@ -24,6 +24,9 @@ import subprocess
 import pytest
 from support.go_controller import Unavailable, build
 
+# the controller test binary compiled by go_controller.build
+pytestmark = pytest.mark.controller
+
 TEST = "TestGovernedMemoryTokenReplay"
 
 

@@ -12,6 +12,9 @@ import pytest
 
 from kagent_governed_memory.matrix.homeserver import synapse_available
 
+# the demo starts its own Synapse
+pytestmark = pytest.mark.synapse
+
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "KGM_DSN"}

@@ -35,7 +35,8 @@ from support.matrix_fixtures import (  # noqa: F401  (the fixtures)
 from support.matrix_kagent import assert_served_by_the_controller, controller_sinks, explicit_budget
 from support.matrix import ATTACK, Person, World, entries, synapse_log
 
-pytestmark = pytest.mark.asyncio(loop_scope="module")
+# a real Synapse for the module; the kagent runs of ``both_modes`` are also `controller`
+pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.synapse]
 
 # -- the walk: provision, nothing before consent, consent, save, inspect, forget one, off ---
 

@@ -27,6 +27,9 @@ import yaml
 
 from support import go_controller
 
+# the patch series on kagent's tree: helm and the CRD checker built with Go
+pytestmark = pytest.mark.series
+
 REPO = Path(__file__).resolve().parents[2]
 SAMPLE = REPO / "samples" / "governed-memory"
 CHECKER = REPO / "tests" / "series" / "go_crdcheck" / "main.go"

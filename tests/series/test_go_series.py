@@ -26,6 +26,9 @@ import pytest
 from support.go_controller import TAGS, Unavailable, build
 from support.tmp_guard import original_tmpdir
 
+# the Go patch series: go_controller.build compiles the controller stand-in on each tag
+pytestmark = [pytest.mark.series, pytest.mark.controller]
+
 REPO = Path(__file__).resolve().parents[2]
 
 

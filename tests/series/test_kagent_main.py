@@ -26,6 +26,9 @@ import pytest
 from support.go_controller import Unavailable, kagent_source
 from support.tmp_guard import original_tmpdir
 
+# the patch series for kagent main: applied and built with Go, kagent-adk's lock
+pytestmark = pytest.mark.series
+
 REPO = Path(__file__).resolve().parents[2]
 SUBSTRATE_MIRROR = Path("/work/.mirror/agent-substrate+substrate/repo")
 SERIES = REPO / "patches" / "kagent-main"

@@ -37,6 +37,9 @@ from psycopg.conninfo import make_conninfo
 
 from kagent_governed_memory._embedded import APP_ROLE, OWNER_ROLE, prepare_app_database
 
+# the Python patch series in the kagent venv (the compiled-controller runs: `controller`)
+pytestmark = pytest.mark.series
+
 REPO = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parents[1] / "support" / "kagent_runtime"
 PATCHES = REPO / "patches" / "kagent-v0.9.11"
@@ -246,7 +249,11 @@ def _compiled_run(kagent_runtime, postgresql_proc, runtime: str, agent: str | No
     return report
 
 
-@pytest.fixture(params=["stand-in", "compiled"])
+# the compiled runs start the controller stand-in compiled from the Go series
+COMPILED = pytest.param("compiled", marks=pytest.mark.controller)
+
+
+@pytest.fixture(params=["stand-in", COMPILED])
 def patched(request, reports) -> dict:
     """The patched runtime's report: against the Python stand-in controller, and against the
     compiled Go controller (reported as NOT RUN where Go or kagent's source is missing)."""
@@ -421,7 +428,7 @@ def test_patched_stalled_controller_one_generation_per_turn(patched):
     assert s["deadline_logged"] is True
 
 
-@pytest.fixture(params=["stand-in", "compiled"])
+@pytest.fixture(params=["stand-in", COMPILED])
 def dimension_report(request, reports) -> dict:
     if request.param == "stand-in":
         return reports["dim1024"]

@@ -38,6 +38,9 @@ from kagent_governed_memory._embedded import APP_ROLE, OWNER_ROLE, prepare_app_d
 
 import test_kagent_patch as on_0911  # the gates, asserted the same way on both releases
 
+# the Python patch series in the kagent-adk 0.9.12 venv
+pytestmark = pytest.mark.series
+
 REPO = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parents[1] / "support" / "kagent_runtime"
 VERSION = "0.9.12"

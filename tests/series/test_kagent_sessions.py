@@ -50,6 +50,9 @@ from kagent_governed_memory._embedded import (
     prepare_app_database,
 )
 
+# the Python patch series against the compiled controller's sessions API
+pytestmark = [pytest.mark.series, pytest.mark.controller]
+
 REPO = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parents[1] / "support" / "kagent_runtime"
 DRIVER_TIMEOUT = 300

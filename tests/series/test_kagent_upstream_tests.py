@@ -36,6 +36,9 @@ from support.kagent_runtime.runtime_venv import (
     python_of,
 )
 
+# the Python patch series in the kagent venv, under kagent's own unit tests
+pytestmark = pytest.mark.series
+
 REPO = Path(__file__).resolve().parents[2]
 ADK = "python/packages/kagent-adk"
 TIMEOUT = 900

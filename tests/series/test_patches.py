@@ -34,6 +34,9 @@ from kagent_governed_memory.identity import AgentIdentity, MemoryScope, Principa
 from kagent_governed_memory.policy import PROTOTYPE_POLICY
 from kagent_governed_memory.store import _decode_cursor, _encode_cursor
 
+# the Go patch series' files: drift, form, its migrations
+pytestmark = pytest.mark.series
+
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "sync_patch_sql.py"
 PATCHES = ROOT / "patches" / "kagent-v0.9.11"

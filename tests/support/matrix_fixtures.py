@@ -89,7 +89,8 @@ def world(request: pytest.FixtureRequest, mode: str) -> World:
 
 
 # the core walk in both modes: ``direct`` and ``kagent`` (through the compiled controller)
-both_modes = pytest.mark.parametrize("mode", ["direct", "kagent"])
+both_modes = pytest.mark.parametrize(
+    "mode", ["direct", pytest.param("kagent", marks=pytest.mark.controller)])
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
