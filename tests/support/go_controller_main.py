@@ -32,6 +32,7 @@ import contextlib
 import fcntl
 import hashlib
 import os
+import re
 import secrets
 import shutil
 import subprocess
@@ -104,6 +105,24 @@ def go_env() -> dict[str, str]:
     return {**os.environ, "GOTOOLCHAIN": os.environ.get("KGM_MAIN_GOTOOLCHAIN", TOOLCHAIN)}
 
 
+# a terminal control sequence: CSI (e.g. the reset ``ESC[0m`` a tool's colour output can leave
+# at the start of the next line), OSC, a character-set designation or a two-byte escape
+_ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]"  # CSI
+                   r"|\][^\x07\x1b]*(?:\x07|\x1b\\)"  # OSC
+                   r"|[()*+][0-~]|[@-Z\\-_])")  # designation, two-byte
+
+
+def _printed_path(stdout: str) -> Path:
+    """The path ``--print-path`` printed: the last line that is an absolute path once terminal
+    control sequences and carriage returns are removed (the line can start with ``ESC[0m``)."""
+    lines = [_ANSI.sub("", line).replace("\r", "").strip() for line in stdout.splitlines()]
+    paths = [line for line in lines if line.startswith("/")]
+    if not paths:
+        raise RuntimeError("kagent_main_substrate.py --print-path printed no path:\n"
+                           + stdout[-3000:])
+    return Path(paths[-1])
+
+
 def _standin(env: dict[str, str]) -> Path:
     done = subprocess.run([sys.executable, str(SCRIPTS[0]), "--src", str(substrate_source()),
                            "--print-path"], capture_output=True, text=True, env=env, check=False)
@@ -112,7 +131,7 @@ def _standin(env: dict[str, str]) -> Path:
                           + (done.stdout + done.stderr).strip().splitlines()[-1:][0])
     if done.returncode != 0:
         raise RuntimeError(f"kagent_main_substrate.py failed:\n{done.stderr[-3000:]}")
-    return Path(done.stdout.strip().splitlines()[-1])
+    return _printed_path(done.stdout)
 
 
 def build() -> tuple[Path, bool, float]:
