@@ -109,7 +109,7 @@ def go_env() -> dict[str, str]:
 # at the start of the next line), OSC, a character-set designation or a two-byte escape
 _ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]"  # CSI
                    r"|\][^\x07\x1b]*(?:\x07|\x1b\\)"  # OSC
-                   r"|[()*+][0-~]|[@-Z\\-_])")  # designation, two-byte
+                   r"|[()*+][0-~]|[0-~])")  # designation, two-byte
 
 
 def _printed_path(stdout: str) -> Path:
