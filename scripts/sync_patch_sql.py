@@ -10,7 +10,7 @@
   patch): kagent's own governed migration track, applied only with governed memory enabled;
 * ``kagent_governed_memory/sql/queries.sql``
   -> ``go/core/internal/database/governed_memory.sql`` (the database-client patch);
-* ``tests/vectors/scope_assertion_v1.json`` (the shared scope-assertion test vectors)
+* ``tests/support/vectors/scope_assertion_v1.json`` (the shared scope-assertion test vectors)
   -> ``go/core/internal/memoryscope/testdata/scope_assertion_v1.json`` (the verifier patch).
 
 Default mode rewrites those file sections of the ``git format-patch`` files in place (hunk

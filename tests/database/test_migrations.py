@@ -113,7 +113,7 @@ def test_migration_files_follow_upstream_conventions():
 
 
 # The kagent controller's own statements (000011): a request's calls bound to its redemption.
-# The library never serves a controller's routes; tests/test_boundary.py calls them as SQL.
+# The library never serves a controller's routes; tests/database/test_boundary.py calls them as SQL.
 # The bound statements of a request (000011): the controller's, and a runtime login's
 # (000012), which the store picks with self._stmt(<unbound name>).
 BOUND = {"SaveMemoryEntriesBound", "SearchMemoryEntriesBound", "SearchMemoryEntriesManyBound",

@@ -3,7 +3,7 @@ consent, a fact saved in one session and recalled into a NEW session's model req
 forgotten (verified), and memory turned off (erased, verified).
 
 ``ScriptedModel`` answers "From memory: <fact>" only when the fact was in that request's
-``<memory>`` block (tests/test_scripted_model.py proves the rule), so the printed turn after the
+``<memory>`` block (tests/adk/test_scripted_model.py proves the rule), so the printed turn after the
 new session is the proof that the recalled fact reached the new session's model request."""
 
 from __future__ import annotations

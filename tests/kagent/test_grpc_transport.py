@@ -1,5 +1,5 @@
 """Kagent mode over gRPC: ``KagentControllerStore`` and ``KagentBridgeStore`` on a
-``grpc://`` URL against a STAND-IN for kagent main's controller (``tests/grpc_standin.py``: an
+``grpc://`` URL against a STAND-IN for kagent main's controller (``tests/support/grpc_standin.py``: an
 in-process ``grpc.aio`` server over the library's direct store on the real embedded
 PostgreSQL; main has no server for the service yet).
 

@@ -5,7 +5,7 @@ kagent's A2A proxy forwards the caller's ``Authorization`` header to the agent p
 bridge calls agents with its kagent-audience token, so every agent pod receives it.  Patch 0030
 makes the governed listener review tokens for its own audience ("kagent-governed-memory") only.
 
-The Go overlay ``tests/go_overlay/governed_memory_replay_test.go``, compiled into the controller
+The Go overlay ``tests/support/go_overlay/governed_memory_replay_test.go``, compiled into the controller
 test binary of ``go_controller.build()``, sends an A2A ``message/send`` through kagent's real A2A
 handler mux and upstream auth interceptor to a stand-in agent pod that records every header,
 asserts the pod received the bridge's ``Authorization`` and memory scope headers, and replays

@@ -5,7 +5,7 @@ The patched tree is ``$KGM_KAGENT_PATCHED_TREE`` (a kagent checkout with the ser
 or, by default, v0.9.11 from ``tests/go_controller.kagent_source()`` with every patch in
 ``patches/kagent-v0.9.11/`` applied by ``git am`` (cached per hash of the patches).  Helm is a
 pinned v3 built once with ``go install`` into ``~/.cache/kagent-governed-memory/``; the schema
-check is ``tests/go_crdcheck/main.go`` built inside the kagent module (its pinned
+check is ``tests/series/go_crdcheck/main.go`` built inside the kagent module (its pinned
 apiextensions-apiserver: structural defaulting, OpenAPI validation and the CEL rules, as
 kube-apiserver admits).  Without Go or the kagent source the tests skip with a loud NOT RUN.
 """

@@ -225,7 +225,7 @@ def test_grpcserver_in_place_on_the_substrate_stand_in_or_reported_not_run() -> 
 
 
 def test_each_crd_pr_admits_and_refuses_as_its_cases_say() -> None:
-    """0014's admission cases (tests/kagent_main/) through kube-apiserver's validation code, and
+    """0014's admission cases (tests/series/kagent_main/) through kube-apiserver's validation code, and
     the API packages' unit tests; kagent's envtest tests are said NOT RUN, never passed."""
     out = _verify("crd")
     crd_prs = [p for p in _patches() if "diff --git a/go/api/config/crd/" in p.read_text()]

@@ -141,7 +141,7 @@ concurrently."""
         runs[which] = (proc, log, stdout, stderr)
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     # no KAGENT_MEMORY_SCOPE_VECTORS: the series' tests read their own copy of the shared
-    # vectors (tests/fixtures/, checked against the library's by tests/test_patches.py)
+    # vectors (tests/fixtures/, checked against the library's by tests/series/test_patches.py)
     env.pop("KAGENT_MEMORY_SCOPE_VECTORS", None)
     env.update({"PYTHONPATH": str(kagent_runtime["patched"]), "PYTHONDONTWRITEBYTECODE": "1"})
     unit_out = open(kagent_runtime["logs"] / "unit-tests.out", "w+")  # noqa: SIM115
@@ -181,7 +181,7 @@ concurrently."""
 @pytest.fixture(scope="module")
 def compiled_report(kagent_runtime, postgresql_proc) -> dict:
     """The patched runtime against the patched kagent controller compiled from the Go series
-    (tests/go_controller.py), on a database of its own: the same driver, the same gates."""
+    (tests/support/go_controller.py), on a database of its own: the same driver, the same gates."""
     return _compiled_run(kagent_runtime, postgresql_proc, "patched")
 
 

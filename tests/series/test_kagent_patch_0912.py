@@ -3,7 +3,7 @@
 kagent v0.9.12's ``python/`` tree is v0.9.11's (only kagent's own workspace packages have new
 versions), so the venv is built from ``patches/kagent-v0.9.11/constraints-0.9.12.txt``: the
 0.9.11 lock with those versions moved to 0.9.12.  The same copy-and-patch tooling as
-``tests/test_kagent_patch.py`` applies the series to the installed package; then
+``tests/series/test_kagent_patch.py`` applies the series to the installed package; then
 
 * the unit tests the series adds pass against the patched 0.9.12 copy, and
 * one governed runtime scenario (the driver's ``patched`` run against the Python stand-in

@@ -4,7 +4,7 @@ The patched kagent-adk 0.9.11 runtime (the real wheel in the cached kagent venv,
 Python patches applied to a copy) runs a governed agent whose session service and task store
 are kagent's own ``KAgentSessionService`` and ``KAgentTaskStore``, pointed at kagent's own
 ``/api/sessions`` and ``/api/tasks`` handlers (kagent's main API router, its database client,
-its core migrations; ``tests/go_overlay/kagent_sessions_testserver_test.go``) in the patched
+its core migrations; ``tests/support/go_overlay/kagent_sessions_testserver_test.go``) in the patched
 controller compiled from the Go series, on the same PostgreSQL database as its governed
 memory listener.  ``kagent_runtime/sessions_driver.py`` runs the scenario: the bridge grants
 consent, the agent saves two sentinel facts in an earlier request, a chat turn's scripted model

@@ -3,8 +3,8 @@
 The Python series (patches/kagent-v0.9.11/01xx) must leave legacy memory exactly as v0.9.11
 ships it, and may only add test files.  This runs upstream's unchanged
 ``python/packages/kagent-adk/tests/unittests`` (taken with ``git archive v0.9.11`` from the
-kagent source: ``$KGM_KAGENT_SRC``, else this workplace's mirror -- see tests/go_controller.py)
-with the kagent venv's pytest (tests/kagent_runtime/runtime_venv.py: kagent-adk 0.9.11 under
+kagent source: ``$KGM_KAGENT_SRC``, else this workplace's mirror -- see tests/support/go_controller.py)
+with the kagent venv's pytest (tests/support/kagent_runtime/runtime_venv.py: kagent-adk 0.9.11 under
 upstream's lock, pytest and pytest-asyncio as the lock pins them) against the installed package
 copied and patched with the series.  Upstream's ``[tool.pytest.ini_options]`` (asyncio_mode
 auto) comes from the same tag's ``pyproject.toml``.  The TLS fixtures upstream git-ignores

@@ -563,7 +563,7 @@ def test_go_routes_are_the_contracts():
 
 
 def test_the_verifier_patch_carries_the_shared_vectors(tmp_path):
-    """The Go verifier's testdata is byte for byte tests/vectors/scope_assertion_v1.json, and
+    """The Go verifier's testdata is byte for byte tests/support/vectors/scope_assertion_v1.json, and
     --check notices when the two part."""
     patch = sps.parse_patch(patch_creating(sps.VECTORS_PATH))
     carried = patch.section(sps.VECTORS_PATH)
@@ -582,7 +582,7 @@ PYTHON_VECTORS_PATH = "python/packages/kagent-adk/tests/fixtures/scope_assertion
 
 def test_the_python_series_carries_the_shared_vectors():
     """kagent-adk's tests read their own copy of the scope-assertion vectors (so the Python
-    package's tests stand alone); it is byte for byte tests/vectors/scope_assertion_v1.json,
+    package's tests stand alone); it is byte for byte tests/support/vectors/scope_assertion_v1.json,
     the file the Go verifier's testdata must equal too (the check above)."""
     carried = [section.new_file_text() for patch in sorted(PATCHES.glob("01[0-9][0-9]-*.patch"))
                if (section := sps.parse_patch(patch).section(PYTHON_VECTORS_PATH)) is not None]

@@ -2,7 +2,7 @@
 
 ``build(tag)`` clones kagent (``$KGM_KAGENT_SRC``: a clone or git directory holding the tags
 in ``TAGS``; default: this workplace's mirror when present) at ``tag`` (default v0.9.11), applies the Go patches with ``git am``,
-adds the verification overlays ``tests/go_overlay/*_test.go`` (never part
+adds the verification overlays ``tests/support/go_overlay/*_test.go`` (never part
 of the series) and compiles ``go test -c`` of ``core/internal/httpserver``: the controller's own
 governed memory listener (handlers, authenticator, database client, middleware).  The binary is
 cached per hash of (the Go patches, the overlay, ``go version``, the tag) under
@@ -19,7 +19,7 @@ per-commit ``sqlc``/``clean`` checks hold for each squashed commit, not for a ``
 ``sessions_dsn`` (kagent's database login for its core tables, e.g. the database owner: kagent's
 core migrations create them) the same process also serves kagent's main API router -- its real
 ``/api/sessions`` and ``/api/tasks`` handlers on kagent's database client, unsecure
-authentication, from the overlay ``tests/go_overlay/kagent_sessions_testserver_test.go`` -- on
+authentication, from the overlay ``tests/support/go_overlay/kagent_sessions_testserver_test.go`` -- on
 a second loopback port: ``serve_sessions(dsn, sessions_dsn)`` yields ``(governed_url,
 sessions_url)``.  Missing Go or
 missing kagent source raises ``Unavailable`` with the reason, which the tests report loudly.
@@ -52,14 +52,14 @@ PATCHES = REPO / "patches" / "kagent-v0.9.11"
 OVERLAY = REPO / "tests" / "support" / "go_overlay" / "governed_memory_testserver_test.go"
 # kagent's own session and task routes beside it (KGM_TESTSERVER_SESSIONS_ADDR_FILE)
 SESSIONS_OVERLAY = REPO / "tests" / "support" / "go_overlay" / "kagent_sessions_testserver_test.go"
-# the token replay test through kagent's A2A proxy (KGM_REPLAY_TEST; tests/test_token_replay.py)
+# the token replay test through kagent's A2A proxy (KGM_REPLAY_TEST; tests/kagent/test_token_replay.py)
 REPLAY_OVERLAY = REPO / "tests" / "support" / "go_overlay" / "governed_memory_replay_test.go"
 OVERLAYS = (OVERLAY, SESSIONS_OVERLAY, REPLAY_OVERLAY)
 DEFAULT_SRC = Path("/work/.mirror/kagent-dev+kagent/repo")
 TAG = "v0.9.11"
 # The kagent tags the series is carried on: TAG (the main target, used by every test that
 # serves the controller) and the tip of release/v0.9.x, on which the series must also apply and
-# pass the Go checks (tests/test_go_series.py, scripts/verify-patches).
+# pass the Go checks (tests/series/test_go_series.py, scripts/verify-patches).
 TAGS = (TAG, "v0.9.12")
 
 # The overlay's fake TokenReview API and Kubernetes objects (see

@@ -2,7 +2,7 @@
 
 ``build()`` clones kagent (``go_controller.kagent_source()``) at the series' BASE, applies 0001
 and the governed Go patches 0010-0019 with ``git am`` (0017's grant store included once it is in
-the series), copies the verification overlay ``tests/go_overlay_main/*_test.go`` (never part of
+the series), copies the verification overlay ``tests/support/go_overlay_main/*_test.go`` (never part of
 the series) into ``go/core/internal/grpcserver`` and compiles that package's test binary with
 ``go test -c``.  The runtime grants are verified by 0017's ``memorygrant.Store`` when the
 series has it, else by the overlay's stand-in over ``memory_grant_resolve`` (one of the two

@@ -1,5 +1,5 @@
 """The Matrix world in kagent mode: the same homeserver, bridge and google-adk agents as
-``matrix_support.build_world``, with ``tests/test_kagent_mode.py``'s wiring -- each agent's
+``matrix_support.build_world``, with ``tests/kagent/test_kagent_mode.py``'s wiring -- each agent's
 ``GovernedMemoryService`` on ``KagentControllerStore`` (its ServiceAccount token), the bridge's
 controls on ``KagentBridgeStore`` (the bridge's token), both over HTTP to the patched kagent
 controller compiled from the Go series (``go_controller``), which holds the only database login.

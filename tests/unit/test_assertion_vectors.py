@@ -1,6 +1,6 @@
 """Shared scope-assertion vectors (T1): this library's verifier gives every token its verdict.
 
-``tests/vectors/scope_assertion_v1.json`` is read by every verifier: this suite, the patched
+``tests/support/vectors/scope_assertion_v1.json`` is read by every verifier: this suite, the patched
 kagent-adk runtime (test_kagent_patch) and the kagent controller's Go tests.  The file is
 regenerated here byte for byte, so it cannot drift from its generator, and each hostile case is
 checked to really be what its name says (a guard against a vector that passes for the wrong
