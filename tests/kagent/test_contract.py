@@ -360,8 +360,8 @@ def controller(backend_db: tuple[str, Db], controller_url: str | None) -> Iterat
 
 
 # The library has no callers to authenticate: these run on the compiled controller only.
-controller_only = pytest.mark.parametrize("backend_db", [pytest.param("controller", marks=COMPILED)],
-                                          indirect=True)
+controller_only = pytest.mark.parametrize(
+    "backend_db", [pytest.param("controller", marks=COMPILED)], indirect=True)
 
 
 async def _seeded(url: str) -> tuple[ScopeKey, HttpBackend, httpx.AsyncClient]:

@@ -25,7 +25,12 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from support.kagent_runtime.patched_copy import apply_series, copy_package, python_patches, site_packages
+from support.kagent_runtime.patched_copy import (
+    apply_series,
+    copy_package,
+    python_patches,
+    site_packages,
+)
 from support.kagent_runtime.runtime_venv import (
     RuntimeUnavailable,
     default_constraints,

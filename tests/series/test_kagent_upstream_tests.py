@@ -28,7 +28,12 @@ from pathlib import Path
 
 import pytest
 from support.go_controller import TAG, Unavailable, kagent_source
-from support.kagent_runtime.patched_copy import apply_series, copy_package, python_patches, site_packages
+from support.kagent_runtime.patched_copy import (
+    apply_series,
+    copy_package,
+    python_patches,
+    site_packages,
+)
 from support.kagent_runtime.runtime_venv import (
     RuntimeUnavailable,
     default_constraints,

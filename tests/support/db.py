@@ -75,7 +75,8 @@ async def migrated(db: Db) -> Db:
     return db
 
 
-async def save(store: GovernedMemoryStore, key: ScopeKey, *facts: str, generation=None) -> list[str]:
+async def save(store: GovernedMemoryStore, key: ScopeKey, *facts: str,
+               generation=None) -> list[str]:
     gen = generation if generation is not None else await store.generation(key)
     return await store.save(key, gen, facts=list(facts), embeddings=[vec(f) for f in facts])
 
