@@ -167,7 +167,7 @@ from kagent_core_routes import KagentCoreRoutes
 BRIDGE_KEY = (load_private_key(os.environ["KGM_TEST_BRIDGE_KEY"])
               if os.environ.get("KGM_TEST_BRIDGE_KEY") else generate_private_key())
 # KGM_TEST_CONTROLLER_URL: the patched kagent controller compiled from the Go series
-# (tests/go_controller.py); unset: the Python stand-in (controller.py), in process.
+# (tests/support/go_controller.py); unset: the Python stand-in (controller.py), in process.
 CONTROLLER_URL = os.environ.get("KGM_TEST_CONTROLLER_URL") or None
 PUBLIC_KEYS = {key_id(BRIDGE_KEY): BRIDGE_KEY.public_key()}
 os.environ["KAGENT_MEMORY_SCOPE_PUBLIC_KEYS"] = public_key_pem(BRIDGE_KEY).decode("ascii")
@@ -183,7 +183,7 @@ DIMENSION = 1024 if RUNTIME == "dim1024" else None
 POD_TOKEN = f"kgm-test-sa:kagent:{AGENT}"  # the compiled overlay's fake TokenReview format
 # The pod's governed memory token (audience "kagent-governed-memory"), which the patched runtime
 # reads from KAGENT_MEMORY_TOKEN_FILE for every governed memory call: whatever the test passes in
-# KGM_TEST_MEMORY_TOKEN (tests/go_controller.py's service_account_token), else the pod token.
+# KGM_TEST_MEMORY_TOKEN (tests/support/go_controller.py's service_account_token), else the pod token.
 MEMORY_TOKEN = os.environ.get("KGM_TEST_MEMORY_TOKEN") or POD_TOKEN
 BRIDGE_TOKEN = "kgm-test-sa:kagent:matrix-bridge"  # a bridge ServiceAccount of the overlay
 SUMMARY_MARKER = "Summary (JSON List):"
@@ -854,7 +854,7 @@ def _scalar(dsn: str, query: str, params: list | None = None):
 
 
 def _plant(conn, sid: str, generation: int, text: str, expires_sql: str) -> None:
-    """Superuser-only test path (as tests/test_expiry.py): the insert trigger is skipped."""
+    """Superuser-only test path (as tests/database/test_expiry.py): the insert trigger is skipped."""
     vec = "[" + ",".join(f"{v:.6f}" for v in HashingEmbedder().embed_one(text)) + "]"
     conn.execute("SET session_replication_role = replica")
     conn.execute(

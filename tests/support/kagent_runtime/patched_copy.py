@@ -1,7 +1,7 @@
 """The installed kagent-adk 0.9.11 package, copied and patched with the Python series (01xx).
 
-Shared by tests/test_kagent_patch.py (the runtime driver and the series' own unit tests) and
-tests/test_kagent_upstream_tests.py (kagent's own unit tests against the patched package).
+Shared by tests/series/test_kagent_patch.py (the runtime driver and the series' own unit tests) and
+tests/series/test_kagent_upstream_tests.py (kagent's own unit tests against the patched package).
 """
 
 from __future__ import annotations
