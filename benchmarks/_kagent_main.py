@@ -1,6 +1,6 @@
 """kagent MAIN's compiled controller for ``adk_turn.py --kagent-main``.
 
-The controller is compiled from ``patches/kagent-main/`` by ``tests/go_controller_main.py``
+The controller is compiled from ``patches/kagent-main/`` by ``tests/support/go_controller_main.py``
 (Go 1.27, kagent's and agent-substrate's sources; it says why when it cannot be) and serves
 ``GovernedMemoryService`` over gRPC on loopback.  It runs on a database of its own in the SAME
 PostgreSQL cluster as the direct store (same server, same shared buffers), migrated by main's
@@ -94,7 +94,7 @@ async def seed(runtime: Any, minter: Grants, key: Any, token: str, texts: list[s
 @contextlib.asynccontextmanager
 async def grants(controller: MainController, namespace: str, name: str
                  ) -> AsyncIterator[Grants]:
-    import go_controller_main
+    from support import go_controller_main
 
     async with await psycopg.AsyncConnection.connect(controller.grants_dsn,
                                                      autocommit=True) as conn:
@@ -107,8 +107,8 @@ def controller(admin_dsn: str, *, local_server: str, env: dict[str, str],
     """The compiled main controller on a fresh ``database`` of ``admin_dsn``'s cluster
     (``admin_dsn``: the superuser), dropped afterwards.  Raises ``go_controller.Unavailable``
     with the reason when it cannot be compiled here."""
-    import go_controller_main
-    from go_controller import BRIDGE_SERVICE_ACCOUNT, service_account_token
+    from support import go_controller_main
+    from support.go_controller import BRIDGE_SERVICE_ACCOUNT, service_account_token
 
     from kagent_governed_memory.dev import (
         CONTROLLER_ROLE,

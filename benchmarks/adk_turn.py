@@ -23,7 +23,7 @@ memory's, never a model's:
 
 * ``governed-kagent`` (with ``--kagent``): the same service in kagent mode, on
   ``KagentControllerStore`` talking HTTP (loopback) to the patched kagent controller compiled
-  from ``patches/`` (``tests/go_controller.py``; needs Go and kagent's source), which holds the
+  from ``patches/`` (``tests/support/go_controller.py``; needs Go and kagent's source), which holds the
   database login; its scopes are its own, seeded alike.
 * ``governed-kagent-main`` (with ``--kagent-main``): the same service on
   ``KagentControllerStore`` over gRPC (loopback) to kagent MAIN's controller compiled from
@@ -382,7 +382,7 @@ def _run(app: str, owner: str, args: argparse.Namespace, controller: str,
     if not (args.kagent or args.kagent_main):
         return asyncio.run(measure(app, owner, **kw))
     sys.path.insert(0, str(_HERE.parent / "tests"))
-    import go_controller
+    from support import go_controller
     from kagent_governed_memory.scope import public_key_pem
 
     asyncio.run(migrate(owner, local_server=LOCAL))  # the controller starts on a current schema

@@ -20,7 +20,7 @@ library could not import one of them.  The copy here is therefore
 ``kagent_governed_memory/kagent/_proto/governed_memory.proto`` in package
 ``kagent_governed_memory.kagent.v1alpha1``: no file name or symbol is shared with kagent's.
 Protobuf's wire format carries field numbers and types, never message names, so the messages
-are wire-identical (``tests/test_grpc_transport.py`` compares every field of every message
+are wire-identical (``tests/kagent/test_grpc_transport.py`` compares every field of every message
 with main's file).  What is on the wire is the RPC path: the service stub and the server
 registration are rewritten to main's service name (``kagent.api.v1alpha1.GovernedMemoryService``),
 so ``/kagent.api.v1alpha1.GovernedMemoryService/Redeem`` is what the stub calls and what the

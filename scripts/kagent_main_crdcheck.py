@@ -4,7 +4,7 @@
 kagent checks its CRDs' CEL rules with envtest (a real kube-apiserver and etcd, fetched by
 ``make setup-envtest`` from GitHub), which machines here cannot reach: the envtest tests of a
 patch are reported NOT RUN, and this script runs the same cases through
-``tests/go_crdcheck/main.go`` instead -- apiextensions-apiserver's structural defaulting,
+``tests/series/go_crdcheck/main.go`` instead -- apiextensions-apiserver's structural defaulting,
 OpenAPI validation and CEL evaluation, built inside the tree's own module (its pinned k8s.io
 versions) with the substitute ``go.mod`` of ``scripts/kagent_main_modfile.py``.
 
@@ -16,7 +16,7 @@ Every object in ``--cases`` carries ``metadata.annotations``:
 
 One PASS/FAIL line per object; exit 0 when all pass, 1 when one fails, 2 on bad arguments.
 ``verify()`` is what ``scripts/verify_kagent_main.py --step crd`` runs on a patched tree: every
-case file of ``tests/kagent_main/``, and the API packages' own unit tests with ``-race`` (their
+case file of ``tests/series/kagent_main/``, and the API packages' own unit tests with ``-race`` (their
 envtest tests reported NOT RUN by name).  Stdlib + PyYAML.  Usage::
 
     python scripts/kagent_main_crdcheck.py --tree /path/to/kagent --cases FILE [--go GO]
@@ -37,9 +37,9 @@ from pathlib import Path
 import yaml
 
 REPO = Path(__file__).resolve().parent.parent
-CHECKER = REPO / "tests" / "go_crdcheck" / "main.go"
+CHECKER = REPO / "tests" / "series" / "go_crdcheck" / "main.go"
 MODFILE = REPO / "scripts" / "kagent_main_modfile.py"
-CASES = REPO / "tests" / "kagent_main"
+CASES = REPO / "tests" / "series" / "kagent_main"
 API_PACKAGES = ("./api/v1alpha2/", "./api/v1alpha3/")
 
 

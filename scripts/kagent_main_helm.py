@@ -2,7 +2,7 @@
 network, on the tree with every patch applied in order.
 
 - ``helm unittest helm/kagent`` (kagent's own suites and the series'), helm v3.18.0 (kagent's CI
-  pin) and helm-unittest v1.1.2, as ``tests/test_chart.py`` builds them into
+  pin) and helm-unittest v1.1.2, as ``tests/series/test_chart.py`` builds them into
   ``~/.cache/kagent-governed-memory/``;
 - ``helm template`` of the default values and a few other sets: byte-identical to ``BASE``'s
   (governed memory off renders what it rendered before).
@@ -64,7 +64,7 @@ def verify(tree: Path, src: Path, base: str, work: Path) -> list[tuple[str, str,
     tools = tools_src()
     if not (HELM.exists() and (PLUGINS / "unittest" / "plugin.yaml").exists()) or tools is None:
         return [("NOT RUN", "HELM VERIFICATION NOT RUN: helm v3.18.0, helm-unittest v1.1.2 "
-                 f"(tests/test_chart.py builds them) or kagent-dev/tools {TOOLS_TAG} missing",
+                 f"(tests/series/test_chart.py builds them) or kagent-dev/tools {TOOLS_TAG} missing",
                  0.0, "")]
     chart = _chart(tree / "helm" / "kagent", work / "helm" / "patched" / "kagent", tools)
     code, out, secs = run([str(HELM), "unittest", str(chart)],

@@ -10,7 +10,7 @@
   patch): kagent's own governed migration track, applied only with governed memory enabled;
 * ``kagent_governed_memory/sql/queries.sql``
   -> ``go/core/internal/database/governed_memory.sql`` (the database-client patch);
-* ``tests/vectors/scope_assertion_v1.json`` (the shared scope-assertion test vectors)
+* ``tests/support/vectors/scope_assertion_v1.json`` (the shared scope-assertion test vectors)
   -> ``go/core/internal/memoryscope/testdata/scope_assertion_v1.json`` (the verifier patch).
 
 Default mode rewrites those file sections of the ``git format-patch`` files in place (hunk
@@ -55,7 +55,7 @@ BASELINE_HEADER = (
 )
 QUERIES_PATH = "go/core/internal/database/governed_memory.sql"
 VECTORS_PATH = "go/core/internal/memoryscope/testdata/scope_assertion_v1.json"
-DEFAULT_VECTORS = ROOT / "tests" / "vectors" / "scope_assertion_v1.json"
+DEFAULT_VECTORS = ROOT / "tests" / "support" / "vectors" / "scope_assertion_v1.json"
 MIGRATION_NAME = re.compile(r"^\d{6}_[a-z0-9_]+\.(up|down)\.sql$")
 NO_NEWLINE = "\\ No newline at end of file"
 STAT_WIDTH = 72  # git format-patch: MAIL_DEFAULT_WRAP
@@ -431,7 +431,7 @@ def main(argv: list[str] | None = None) -> int:
                         default=Path(os.environ.get("KGM_PATCHES_DIR", DEFAULT_PATCHES_DIR)))
     parser.add_argument("--vectors", type=Path,
                         default=Path(os.environ.get("KGM_VECTORS", DEFAULT_VECTORS)),
-                        help="the shared scope-assertion vectors (tests/vectors/...)")
+                        help="the shared scope-assertion vectors (tests/support/vectors/...)")
     args = parser.parse_args(argv)
     try:
         result = sync(args.sql_dir, args.patches_dir, check=args.check, vectors=args.vectors)

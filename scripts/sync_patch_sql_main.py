@@ -24,7 +24,7 @@ Nothing else changes.  Two more library files are carried by later patches of th
   track's schema (``memory_x(`` -> ``governed_memory.memory_x(``, statement lines only) and a
   header saying so: the controller's connections keep their own ``search_path``, and a
   qualified call cannot be captured by a function of the same name elsewhere on it;
-* ``tests/vectors/scope_assertion_v1.json`` ->
+* ``tests/support/vectors/scope_assertion_v1.json`` ->
   ``go/core/internal/memoryscope/testdata/scope_assertion_v1.json`` (patch 0012) and
   ``python/packages/kagent-adk/tests/fixtures/scope_assertion_v1.json`` (patch 0022, the
   runtime's verifier), verbatim.

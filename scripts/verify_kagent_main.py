@@ -18,7 +18,7 @@ The series is a set of small pull requests, each standalone against the snapshot
   -race``, on BASE + all the Go patches in order (the dbtest seam, 0001, is what lets them run
   on the embedded PostgreSQL: ``scripts/run_go_db_tests.py``);
 * ``crd``: for every patch that changes the CRDs, on BASE + that patch alone: the API packages'
-  unit tests, and the admission cases of ``tests/kagent_main/`` through kube-apiserver's own
+  unit tests, and the admission cases of ``tests/series/kagent_main/`` through kube-apiserver's own
   defaulting, validation and CEL code (``scripts/kagent_main_crdcheck.py``); kagent's envtest
   tests need binaries from GitHub and are reported NOT RUN;
 * ``python``: for every patch that touches ``python/``, on BASE + that patch alone (or on the

@@ -6,6 +6,11 @@ the migrations; the store connects as ``kgm_app``, a login whose only privilege 
 ``kagent_memory_service`` (EXECUTE on the governed functions, no table privilege).
 ``Db.admin()`` is the superuser, used only for the test-only paths (planting rows with a past
 clock, injecting faults, killing backends).
+
+Only fixtures and hooks live here; what tests import (``Db``, ``make_key``, ``LOCAL``, the
+budgets, ...) is in the ``support`` package (tests/support/).  Each test gets the marker of its
+layer folder (``unit``, ``database``, ``adk``, ``kagent``, ``matrix``, ``series``, ``docs``);
+``series``, ``controller`` and ``synapse`` are set by the tests themselves (docs/testing.md).
 """
 
 from __future__ import annotations
@@ -13,22 +18,20 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
+from pathlib import Path
 
 import psycopg
 import pytest
 from psycopg.conninfo import make_conninfo
 from pytest_postgresql import factories
 
-from kagent_governed_memory import (
-    AgentIdentity,
-    GovernedMemoryStore,
-    MemoryPolicy,
-    MemoryScope,
-    OriginKind,
-    Principal,
-    ScopeKey,
-)
+# the session's private TMPDIR, checked empty at the end (tests/support/tmp_guard.py,
+# docs/testing.md)
+from support.tmp_guard import pytest_configure, pytest_sessionfinish  # noqa: F401
+from support.db import Db, migrated, open_store
+from support.settings import LOCAL, POOL_TIMEOUT
+
+from kagent_governed_memory import GovernedMemoryStore
 from kagent_governed_memory.dev import (
     APP_ROLE,
     CONTROLLER_ROLE,
@@ -37,23 +40,24 @@ from kagent_governed_memory.dev import (
     pg_ctl_executable,
     prepare_app_database,
 )
-from kagent_governed_memory.store import migrate
-from kagent_governed_memory.embedding import HashingEmbedder
-from kagent_governed_memory.policy import PROTOTYPE_POLICY
-# the session's private TMPDIR, checked empty at the end (tests/tmp_guard.py, docs/testing.md)
-from tmp_guard import pytest_configure, pytest_sessionfinish  # noqa: F401
 
-LOCAL = "example.org"
-# Wall-clock budgets for tests (docs/testing.md): generous, never the production defaults, so a
-# loaded machine slows a test down instead of failing it. A test about a budget injects its own.
-POOL_TIMEOUT = 60.0  # GovernedMemoryStore.open(timeout=): connecting and waiting for a connection
-# KagentControllerStore/KagentBridgeStore: per-read/connect timeouts and the whole-call deadline
-# (production: 10 s read, 3 s connect/pool, 15 s per call)
-CONTROLLER_BUDGETS: dict[str, float] = {"timeout": 60.0, "deadline": 120.0}
-EMBEDDER_TIMEOUT = 60.0  # OpenAICompatibleEmbedder against a local fake provider (production: 10 s)
 # The deployment setting the library asks for (GovernedMemoryService refuses to start while
 # google-adk captures content); tests that need capture on set it themselves.
 os.environ.setdefault("ADK_CAPTURE_MESSAGE_CONTENT_IN_SPANS", "false")
+
+_TESTS = Path(__file__).resolve().parent
+LAYERS = ("unit", "database", "adk", "kagent", "matrix", "series", "docs")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The layer marker of each test's folder (tests/<layer>/test_*.py)."""
+    for item in items:
+        try:
+            layer = Path(str(item.path)).resolve().relative_to(_TESTS).parts[0]
+        except ValueError:
+            continue
+        if layer in LAYERS:
+            item.add_marker(layer)
 
 
 def _template(host: str, port: int, user: str, dbname: str, password: str | None = None,
@@ -68,27 +72,6 @@ postgresql_proc = factories.postgresql_proc(
     load=[_template],
     postgres_options="-c fsync=off -c synchronous_commit=off -c full_page_writes=off",
 )
-
-
-@dataclass(frozen=True)
-class Db:
-    dsn: str  # the application role (a member of kagent_memory_service)
-    admin_dsn: str  # superuser, same database
-    owner_dsn: str  # the schema owner: migrations
-    operator_dsn: str = ""  # also a member of kagent_memory_operator: offboarding
-    # the kagent controller's serving login: runtime + bridge + operator roles
-    controller_dsn: str = ""
-
-    def admin(self) -> psycopg.Connection:
-        return psycopg.connect(self.admin_dsn, autocommit=True)
-
-    async def admin_async(self) -> psycopg.AsyncConnection:
-        return await psycopg.AsyncConnection.connect(self.admin_dsn, autocommit=True)
-
-    def scalar(self, query: str, params: list | None = None):
-        with self.admin() as conn:
-            row = conn.execute(query, params or []).fetchone()
-            return None if row is None else row[0]
 
 
 @pytest.fixture
@@ -108,30 +91,6 @@ def database(postgresql_proc) -> Iterator[Db]:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-async def register_policy(db: Db, policy: MemoryPolicy, **kw) -> str:
-    """Register ``policy`` (allowed for every agent) as the owner would: a store refuses to
-    open with a policy the database does not hold."""
-    async with await GovernedMemoryStore.open(db.owner_dsn, local_server=LOCAL, privileged=True,
-                                              sweep_every=None, timeout=POOL_TIMEOUT) as owner:
-        outcome = await owner.register_policy(policy, **kw)
-        await owner.allow_policy(policy.version)
-        return outcome
-
-
-async def open_store(db: Db, policy: MemoryPolicy = PROTOTYPE_POLICY, **kw) -> GovernedMemoryStore:
-    kw.setdefault("sweep_every", None)  # tests sweep explicitly; test_boundary tests the task
-    kw.setdefault("timeout", POOL_TIMEOUT)
-    if policy is not PROTOTYPE_POLICY and policy != PROTOTYPE_POLICY:
-        await migrated(db)  # a policy is registered in the governed schema
-        await register_policy(db, policy)
-    return await GovernedMemoryStore.open(db.dsn, local_server=LOCAL, policy=policy, **kw)
-
-
-async def migrated(db: Db) -> Db:
-    await migrate(db.owner_dsn, local_server=LOCAL)
-    return db
-
-
 @pytest.fixture
 async def operator(database: Db, store: GovernedMemoryStore) -> AsyncIterator[GovernedMemoryStore]:
     """The operator's store: offboarding and lifting a block need kagent_memory_operator (an
@@ -149,50 +108,3 @@ async def store(database: Db) -> AsyncIterator[GovernedMemoryStore]:
     s = await open_store(database)
     yield s
     await s.close()
-
-
-def make_key(
-    mxid: str = "@alice:example.org",
-    *,
-    namespace: str = "kagent",
-    agent: str = "my-agent",
-    room: str = "!control-a:example.org",
-    origin: OriginKind = OriginKind.NATIVE_LOCAL,
-) -> ScopeKey:
-    return ScopeKey(
-        principal=Principal(mxid=mxid, origin=origin),
-        agent=AgentIdentity(namespace=namespace, name=agent),
-        scope=MemoryScope.control_room(room),
-    )
-
-
-_EMBEDDER = HashingEmbedder()
-
-
-def vec(text: str) -> list[float]:
-    return _EMBEDDER.embed_one(text)
-
-
-async def save(store: GovernedMemoryStore, key: ScopeKey, *facts: str, generation=None) -> list[str]:
-    gen = generation if generation is not None else await store.generation(key)
-    return await store.save(key, gen, facts=list(facts), embeddings=[vec(f) for f in facts])
-
-
-def scope_uuid(db: Db, key: ScopeKey) -> str | None:
-    value = db.scalar(
-        "SELECT id::text FROM memory_scope WHERE principal_issuer = %s AND principal_subject = %s"
-        " AND agent_namespace = %s AND agent_name = %s AND room_id = %s",
-        [key.principal.issuer, key.principal.subject, key.agent.namespace, key.agent.name,
-         key.scope.room_id],
-    )
-    return value
-
-
-def physical_rows(db: Db, key: ScopeKey | None = None) -> int:
-    if key is None:
-        return db.scalar("SELECT count(*) FROM memory_entry")
-    sid = scope_uuid(db, key)
-    if sid is None:
-        return 0
-    return db.scalar("SELECT count(*) FROM memory_entry WHERE scope_id = %s", [sid])
-

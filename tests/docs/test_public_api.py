@@ -1,0 +1,200 @@
+"""The public surface is what docs/api.md says it is.
+
+* Each public module's ``__all__`` equals the names docs/api.md documents for it: a name
+  exported but undocumented, or documented but not exported, fails.  docs/api.md names a
+  section's module(s) in its heading (``## Title — `kagent_governed_memory.x` ``); a name is
+  documented by a row of a ``| name | meaning |`` table in such a section.
+* Every name in a public ``__all__`` is importable (the lazily imported ones too).
+* Tests and benchmarks use the public API only: no file under ``tests/`` or ``benchmarks/``
+  imports a private package module (a module path with a component starting with ``_``, other
+  than ``__init__``/``__main__``); white-box tests reach private modules through
+  ``kagent_governed_memory.testing``.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGE = ROOT / "kagent_governed_memory"
+API = ROOT / "docs" / "api.md"
+
+# Every public module with a curated __all__; docs/api.md must name exactly these.
+PUBLIC_MODULES = {
+    "kagent_governed_memory",
+    "kagent_governed_memory.adk",
+    "kagent_governed_memory.adk.a2a",
+    "kagent_governed_memory.adk.dev",
+    "kagent_governed_memory.adk.uri",
+    "kagent_governed_memory.cli",
+    "kagent_governed_memory.controls",
+    "kagent_governed_memory.dev",
+    "kagent_governed_memory.embedding",
+    "kagent_governed_memory.errors",
+    "kagent_governed_memory.identity",
+    "kagent_governed_memory.kagent",
+    "kagent_governed_memory.kagent.protos",
+    "kagent_governed_memory.matrix",
+    "kagent_governed_memory.models",
+    "kagent_governed_memory.policy",
+    "kagent_governed_memory.repository",
+    "kagent_governed_memory.scope",
+    "kagent_governed_memory.store",
+    "kagent_governed_memory.telemetry",
+    "kagent_governed_memory.testing",
+}
+# a module that needs an extra the environment lacks is skipped, not failed
+EXTRAS = {"google", "a2a", "mautrix", "grpc", "opentelemetry"}
+
+_HEADING = re.compile(r"^#{2,3} .*")
+_MODULE = re.compile(r"`(kagent_governed_memory(?:\.[a-z][a-z0-9_]*)*)`")
+_NAME = re.compile(r"`([A-Za-z_][A-Za-z0-9_]*)(?=`|\(|\s)")
+
+
+def documented() -> dict[str, set[str]]:
+    """module -> the names docs/api.md documents for it."""
+    out: dict[str, set[str]] = {}
+    modules: list[str] = []
+    in_names_table = False
+    for line in API.read_text(encoding="utf-8").splitlines():
+        if _HEADING.match(line):
+            tail = line.split(" — ", 1)[1] if " — " in line else ""
+            modules = _MODULE.findall(tail)
+            for m in modules:
+                out.setdefault(m, set())
+            in_names_table = False
+            continue
+        if line.startswith("| name |"):
+            in_names_table = True
+            continue
+        if not line.startswith("|"):
+            in_names_table = False
+            continue
+        if not in_names_table or line.startswith("|---"):
+            continue
+        first = line.split("|")[1]
+        for name in _NAME.findall(first):
+            for m in modules:
+                out[m].add(name)
+    return out
+
+
+def _import(name: str):  # noqa: ANN202 - a module
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").split(".")[0] in EXTRAS:
+            pytest.skip(f"{name} needs an extra that is not installed ({exc.name})")
+        raise
+
+
+def test_api_md_names_every_public_module():
+    assert set(documented()) == PUBLIC_MODULES
+
+
+def test_every_public_package_and_module_is_pinned():
+    """A new public subpackage or root module cannot go undocumented."""
+    found = {"kagent_governed_memory"}
+    for path in PACKAGE.iterdir():
+        if path.name.startswith("_") or path.name in ("sql", "py.typed"):
+            continue
+        if path.suffix == ".py" or (path / "__init__.py").is_file():
+            found.add(f"kagent_governed_memory.{path.stem}")
+    assert found <= PUBLIC_MODULES, sorted(found - PUBLIC_MODULES)
+
+
+@pytest.mark.parametrize("module", sorted(PUBLIC_MODULES))
+def test_all_matches_api_md(module: str):
+    exported = set(_import(module).__all__)
+    docs = documented().get(module, set())
+    assert not exported - docs, f"exported by {module} but not in docs/api.md"
+    assert not docs - exported, f"documented for {module} in docs/api.md but not exported"
+
+
+@pytest.mark.parametrize("module", sorted(PUBLIC_MODULES))
+def test_every_exported_name_is_importable(module: str):
+    mod = _import(module)
+    assert len(mod.__all__) == len(set(mod.__all__)), "a name listed twice"
+    for name in mod.__all__:
+        try:
+            getattr(mod, name)
+        except ModuleNotFoundError as exc:  # a lazily imported name's extra
+            if (exc.name or "").split(".")[0] not in EXTRAS:
+                raise
+
+
+def test_the_root_is_an_agent_authors_surface():
+    import kagent_governed_memory as kgm
+
+    assert len(kgm.__all__) <= 50
+    root_modules = [p for p in PACKAGE.glob("*.py")]
+    assert len(root_modules) <= 20, sorted(p.name for p in root_modules)
+
+
+def _private(module: str) -> bool:
+    return any(part.startswith("_") and part not in ("__init__", "__main__")
+               for part in module.split(".")[1:])
+
+
+def _is_module(dotted: str) -> bool:
+    path = ROOT.joinpath(*dotted.split("."))
+    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
+
+
+_IMPORT_TEXT = re.compile(r"(?:from|import)\s+(kagent_governed_memory(?:\.\w+)+)")
+
+
+def private_imports(path: Path) -> list[str]:
+    """``file:line: module`` for each import of a private package module in ``path`` (code,
+    and code held in strings: subprocess snippets)."""
+    text = path.read_text(encoding="utf-8")
+    found: list[str] = []
+    for node in ast.walk(ast.parse(text)):
+        modules: list[str] = []
+        if isinstance(node, ast.Import):
+            modules = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            modules = [node.module]
+            modules += [f"{node.module}.{a.name}" for a in node.names
+                        if _is_module(f"{node.module}.{a.name}")]
+        for module in modules:
+            if module.split(".")[0] == "kagent_governed_memory" and _private(module):
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {module}")
+    for m in _IMPORT_TEXT.finditer(text):
+        if _private(m.group(1)):
+            line = text.count("\n", 0, m.start()) + 1
+            entry = f"{path.relative_to(ROOT)}:{line}: {m.group(1)}"
+            if entry not in found:
+                found.append(entry)
+    return found
+
+
+def test_tests_and_benchmarks_import_no_private_module():
+    files = [*sorted((ROOT / "tests").rglob("*.py")), *sorted((ROOT / "benchmarks").rglob("*.py"))]
+    files.remove(Path(__file__).resolve())  # its own probe below holds the forms it looks for
+    assert files
+    offenders = [hit for f in files for hit in private_imports(f)]
+    assert offenders == []
+
+
+def test_the_private_import_check_sees_each_form(tmp_path: Path):
+    probe = ROOT / "tests" / "_probe_private_imports.py"
+    lines = ["import kagent_governed_memory.dev._embedded",
+             "from kagent_governed_memory.store._sql import migrations",
+             "from kagent_governed_memory.kagent import _http",
+             "CODE = 'from kagent_governed_memory.scope._keys import key_id'",
+             "from kagent_governed_memory.store import migrate",
+             "from kagent_governed_memory.cli import _parser"]
+    probe.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    try:
+        hits = private_imports(probe)
+    finally:
+        probe.unlink()
+    assert [h.split(": ", 1)[1] for h in hits] == [
+        "kagent_governed_memory.dev._embedded", "kagent_governed_memory.store._sql",
+        "kagent_governed_memory.kagent._http", "kagent_governed_memory.scope._keys"]
