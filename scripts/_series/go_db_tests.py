@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Run kagent's own Go database tests on a patched tree against the embedded PostgreSQL.
 
 kagent's Go DB tests start ``pgvector/pgvector:pg18`` through testcontainers, which needs a
@@ -29,7 +28,7 @@ that no test database or login was left behind.
 Stdlib only (plus the library's ``_embedded`` module, which brings the server and ``psql``).
 Usage::
 
-    python scripts/run_go_db_tests.py --tree /path/to/kagent [--package ./core/...]... [-v]
+    scripts/series go-db-tests --tree /path/to/kagent [--package ./core/...]... [-v]
 
 Exit status: 0 all passed, 1 a package failed, 2 bad tree (no ``go/go.mod`` or no seam),
 3 no ``go`` binary ("GO DB TESTS NOT RUN: go not found"), 4 the embedded server is unavailable.
@@ -38,6 +37,7 @@ Exit status: 0 all passed, 1 a package failed, 2 bad tree (no ``go/go.mod`` or n
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import re
@@ -46,9 +46,12 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import ModuleType
 from urllib.parse import quote
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+# the library's embedded server (this checkout's: scripts/series puts the repository first on
+# sys.path); dev/_embedded.py in the package's layout, _embedded.py before it
+EMBEDDED = ("kagent_governed_memory.dev._embedded", "kagent_governed_memory._embedded")
 
 SEAM_ENV = "KAGENT_TEST_DATABASE_URL"
 SEAM_FILE = "core/internal/dbtest/pgserver/pgserver.go"
@@ -85,11 +88,23 @@ def _dsn_parts(dsn: str) -> dict[str, str]:
     return dict(part.split("=", 1) for part in dsn.split())
 
 
+def embedded() -> ModuleType:
+    """The library's embedded-server module (``EMBEDDED``: the first that imports)."""
+    error: ImportError | None = None
+    for name in EMBEDDED:
+        try:
+            return importlib.import_module(name)
+        except ImportError as exc:
+            error = exc
+    assert error is not None
+    raise error
+
+
 class Psql:
     """The embedded wheel's psql, as the superuser, on the server's Unix socket."""
 
     def __init__(self, admin_dsn: str) -> None:
-        from kagent_governed_memory._embedded import pg_bin_dir
+        pg_bin_dir = embedded().pg_bin_dir
 
         parts = _dsn_parts(admin_dsn)
         parts["dbname"] = "postgres"
@@ -218,8 +233,8 @@ def run_package(go: str, workdir: Path, package: str, env: dict[str, str],
     return run
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+    ap = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
     ap.add_argument("--tree", default=".", help="the kagent checkout (tests run in TREE/go)")
     ap.add_argument("--go", default=None, help="the go binary (default: go on PATH)")
     ap.add_argument("--package", action="append", dest="packages", metavar="PATTERN",
@@ -244,10 +259,11 @@ def main(argv: list[str] | None = None) -> int:
     packages = args.packages or DEFAULT_PACKAGES
 
     try:
-        from kagent_governed_memory._embedded import EmbeddedPostgres, EmbeddedUnavailable
+        module = embedded()
     except ImportError as exc:
-        print(f"GO DB TESTS NOT RUN: cannot import kagent_governed_memory._embedded: {exc}")
+        print(f"GO DB TESTS NOT RUN: cannot import the library's embedded server: {exc}")
         return 4
+    EmbeddedPostgres, EmbeddedUnavailable = module.EmbeddedPostgres, module.EmbeddedUnavailable
 
     go_version = subprocess.run([go, "version"], capture_output=True, text=True,
                                 check=False).stdout.strip()
@@ -333,6 +349,3 @@ def _run(pg, go: str, workdir: Path, packages: list[str], verbose: bool) -> int:
     print("GO DB TESTS PASSED")
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())
