@@ -36,8 +36,8 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 
-from . import (crd, go_db_tests, helm, lint, modfile, protos, python_pr, standins, stubs,
-               sync_sql, sync_sql_main, verify, verify_main)
+from . import (crd, go_db_tests, lint, modfile, protos, python_pr, standins, stubs, sync_sql,
+               sync_sql_main, verify, verify_main)
 
 Command = Callable[[list[str]], int]
 
