@@ -65,8 +65,8 @@ import time
 from pathlib import Path
 
 from . import PACKAGE, REPO, command
-from . import crd as kagent_main_crdcheck
-from . import helm as kagent_main_helm
+from . import crd
+from . import helm
 from . import inplace
 from .inplace import run
 from .lint import LINT_VERSION, LINT_XTOOLS, lint_binary
@@ -331,7 +331,7 @@ def step_crd(rep: Report, src: Path, work: Path, base: str) -> None:
         code, out, secs = apply(tree, [patch])
         env = go_env(work, tree, rep) if code == 0 else None
         if env is not None:
-            for status, what, secs, out in kagent_main_crdcheck.verify(tree, env):
+            for status, what, secs, out in crd.verify(tree, env):
                 rep.line(status, "crd", f"{patch.name} alone: {what}", secs, out)
         elif code != 0:
             rep.line("FAIL", "crd", f"{patch.name}: does not apply", secs, out)
@@ -409,7 +409,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
         tree = work / "in-order"
         fresh_tree(src, tree, base)
         code, out, secs = apply(tree, patches())
-        for status, what, secs, out in (kagent_main_helm.verify(tree, src, base, work)
+        for status, what, secs, out in (helm.verify(tree, src, base, work)
                                         if code == 0 else [("FAIL", "does not apply", secs, out)]):
             rep.line(status, "helm", what, secs, out)
     print(f"SUMMARY: {rep.ran} checks ran, {len(rep.failed)} failed; "
