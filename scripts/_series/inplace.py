@@ -96,10 +96,10 @@ def standin_env(rep: Reporter, work: Path, tree: Path, substrate_src: Path,
 
 
 def _lint_config(go_dir: Path) -> Path:
-    vgs = verify_tag
     text = (go_dir / ".golangci.yaml").read_text()
     derived = go_dir / ".golangci.verify-inplace.yaml"
-    derived.write_text(vgs.config_with_plugins(text, set(vgs.custom_linters(text)), {}))
+    plugins = set(verify_tag.custom_linters(text))
+    derived.write_text(verify_tag.config_with_plugins(text, plugins, {}))
     return derived
 
 
