@@ -33,17 +33,30 @@ docs/patches.md describes the series; the code is in scripts/_series/.
 
 from __future__ import annotations
 
+import importlib
 import sys
 from collections.abc import Callable
-
-from . import (crd, go_db_tests, lint, modfile, protos, python_pr, standins, stubs, sync_sql,
-               sync_sql_main, verify, verify_main)
+from types import ModuleType
 
 Command = Callable[[list[str]], int]
 
 
+def _module(name: str) -> ModuleType:
+    """A module of the package, imported when its command runs (``sync-sql`` needs only the
+    standard library; ``crd`` needs PyYAML, ``protos stubs`` grpcio-tools)."""
+    return importlib.import_module(f"{__package__}.{name}")
+
+
+def _main(name: str, prog: str) -> Command:
+    """The command that runs ``name``'s ``main(argv, prog=prog)``."""
+    return lambda argv: int(_module(name).main(argv, prog=prog))
+
+
 def _sync_sql(argv: list[str]) -> int:
-    parsed = verify.split_series(argv)
+    from .verify import split_series
+
+    sync_sql, sync_sql_main = _module("sync_sql"), _module("sync_sql_main")
+    parsed = split_series(argv)
     prog = "series sync-sql"
     if isinstance(parsed, str):
         print(f"{prog}: {parsed}", file=sys.stderr)
@@ -95,6 +108,7 @@ def _group(prog: str, commands: dict[str, tuple[Command, str]]) -> Command:
 def _lint(argv: list[str]) -> int:
     import argparse
 
+    lint = _module("lint")
     ap = argparse.ArgumentParser(prog="series lint", description=(
         f"Build golangci-lint v{lint.LINT_VERSION} (kagent main's pin) with golang.org/x/tools "
         f"{lint.LINT_XTOOLS} into {lint.CACHE} (once; cached) and print the binary's path. "
@@ -122,29 +136,29 @@ def _helm(argv: list[str]) -> int:
               "memory off byte-identical to BASE's (scripts/_series/helm.py).\nThe same as "
               "`series verify --series main --step helm`; its other options apply.")
         return 0
-    return verify_main.main(["--step", "helm", *argv], prog="series helm")
+    return int(_module("verify_main").main(["--step", "helm", *argv], prog="series helm"))
 
 
 COMMANDS: dict[str, Command] = {
     "sync-sql": _sync_sql,
-    "verify": verify.main,
+    "verify": lambda argv: int(_module("verify").main(argv)),
     "standins": _group("series standins", {
-        "substrate": (lambda a: standins.main(a, prog="series standins substrate"),
+        "substrate": (_main("standins", "series standins substrate"),
                       "the compile stand-in for github.com/kagent-dev/substrate v0.0.20"),
-        "modfile": (lambda a: modfile.main(a, prog="series standins modfile"),
+        "modfile": (_main("modfile", "series standins modfile"),
                     "a substitute go.mod/go.sum for a kagent main tree, outside it"),
     }),
     "lint": _lint,
     "protos": _group("series protos", {
-        "stubs": (lambda a: stubs.main(a, prog="series protos stubs"),
+        "stubs": (_main("stubs", "series protos stubs"),
                   "the library's Python stubs for GovernedMemoryService (patch 0010)"),
-        "kagent": (lambda a: protos.main(a, prog="series protos kagent"),
+        "kagent": (_main("protos", "series protos kagent"),
                    "kagent main's generated code with its pinned buf plugins, locally"),
     }),
-    "go-db-tests": lambda a: go_db_tests.main(a, prog="series go-db-tests"),
+    "go-db-tests": _main("go_db_tests", "series go-db-tests"),
     "helm": _helm,
-    "crd": lambda a: crd.main(a, prog="series crd"),
-    "python-pr": lambda a: python_pr.main(a, prog="series python-pr"),
+    "crd": _main("crd", "series crd"),
+    "python-pr": _main("python_pr", "series python-pr"),
 }
 
 

@@ -46,7 +46,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from . import REPO, command, verify_main, verify_tag
+from . import REPO, command
 
 SERIES = ("v0.9.11", "main")
 TAGS = ("v0.9.11", "v0.9.12")
@@ -132,8 +132,12 @@ def main(argv: list[str]) -> int:
         return 2
     series, rest = parsed
     if series == "v0.9.11":
+        from . import verify_tag
+
         return verify_tag.main(rest, prog=f"{PROG} --series v0.9.11")
     if series == "main":
+        from . import verify_main
+
         return verify_main.main(rest, prog=f"{PROG} --series main")
     if rest in (["-h"], ["--help"]):
         print(f"usage: {PROG} [--series {{{','.join(SERIES)}}}] ...\n\n{__doc__}")
