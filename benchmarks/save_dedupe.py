@@ -13,8 +13,9 @@ inside a transaction that is rolled back (the live count stays fixed; a rollback
 variant alike).  The variants, created here under other names in the throwaway database only
 (nothing is changed in the library's migrations):
 
-* ``shipped``: ``memory_save`` as migration 000012 defines it (its NFC dedupe reads, normalises
-  and sorts every live entry of the scope on every save);
+* ``shipped``: ``memory_save`` as the library's migrations define it, read from the installed
+  package at run time (the last definition in the migrations' order; its NFC dedupe reads,
+  normalises and sorts every live entry of the scope on every save);
 * ``no_dedupe``: the same function without the dedupe (000005's insert, with 000012's scope row
   lock and NULL check): the cost before item 7;
 * ``matches_only``: the dedupe joined to the saved facts' NFC forms (no sort of the whole
@@ -36,7 +37,7 @@ import random
 import re
 import statistics
 import time
-from pathlib import Path
+from importlib.resources import files
 
 import psycopg
 from pgvector import Vector
@@ -45,22 +46,38 @@ from pgvector.psycopg import register_vector
 from kagent_governed_memory.store import migrate
 from kagent_governed_memory.dev import EmbeddedPostgres
 
-ROOT = Path(__file__).resolve().parent.parent
-M12 = ROOT / "kagent_governed_memory/sql/migrations/000012_governed_memory_roles_policies.up.sql"
+MIGRATIONS = ("kagent_governed_memory", "sql/migrations")  # package, folder of its up files
 LOCAL = "example.org"
 VERSION = "adr0023-prototype-1"
 DIM = 768
 
 
+def packaged_function(name: str) -> str:
+    """The text of ``CREATE [OR REPLACE] FUNCTION name(...)`` up to the ``;`` after its body, as
+    the library's migrations define it last (the packaged ``*.up.sql`` files in order, read
+    through ``importlib.resources``: whatever files the package ships, none named here)."""
+    folder = files(MIGRATIONS[0]).joinpath(MIGRATIONS[1])
+    start = re.compile(rf"CREATE (?:OR REPLACE )?FUNCTION (?:\w+\.)?{re.escape(name)}\(")
+    found = None
+    for entry in sorted((e for e in folder.iterdir() if e.name.endswith(".up.sql")),
+                        key=lambda e: e.name):
+        text = entry.read_text(encoding="utf-8")
+        for m in start.finditer(text):
+            quote = re.compile(r"\$\w*\$").search(text, m.end())
+            assert quote, f"{name} in {entry.name}: no dollar-quoted body"
+            close = text.index(quote.group(0), quote.end())
+            found = text[m.start():text.index(";", close + len(quote.group(0))) + 1] + "\n"
+    if found is None:
+        raise LookupError(f"no function {name} in the packaged migrations")
+    return found
+
+
 def shipped_save_sql() -> str:
-    text = M12.read_text()
-    m = re.search(r"CREATE OR REPLACE FUNCTION memory_save\(.*?\n\$\$;\n", text, re.S)
-    assert m, "memory_save not found in 000012"
-    return m.group(0)
+    return packaged_function("memory_save")
 
 
 def variant(body: str, name: str, dedupe: str | None) -> str:
-    """``body`` (000012's memory_save) renamed, with its WITH … SELECT replaced."""
+    """``body`` (the shipped memory_save) renamed, with its WITH … SELECT replaced."""
     out = body.replace("FUNCTION memory_save(", f"FUNCTION {name}(", 1)
     if dedupe is None:
         return out

@@ -1,5 +1,5 @@
 """The library's gRPC stubs for kagent main's ``GovernedMemoryService`` are what
-``scripts/gen_grpc_stubs.py`` generates from patch 0010's proto (byte for byte), they speak main's
+``scripts/series protos stubs`` generates from patch 0010's proto (byte for byte), they speak main's
 RPC paths, and their messages are wire-identical to main's (every field's number, type, label
 and message type) although the proto package is renamed (the script's docstring says why)."""
 
@@ -12,13 +12,14 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "scripts/gen_grpc_stubs.py"
+SCRIPT = ROOT / "scripts/series"
 RPCS = ("GrantConsent", "Generation", "Redeem", "Admit", "Save", "Search", "Inspect", "Forget",
         "ForgetAll", "Withdraw", "Status", "Offboard")
 
 
 def test_stubs_are_what_the_script_generates() -> None:
-    done = subprocess.run([sys.executable, str(SCRIPT), "--check"], capture_output=True,
+    done = subprocess.run([sys.executable, str(SCRIPT), "protos", "stubs", "--check"],
+                          capture_output=True,
                           text=True, timeout=120, check=False)
     if done.returncode == 3:
         print(f"\n*** GRPC STUB CHECK NOT RUN: {done.stderr.strip()} ***")
@@ -68,7 +69,7 @@ def test_messages_are_wire_identical_to_mains() -> None:
     pytest.importorskip("grpc_tools")
     sys.path.insert(0, str(SCRIPT.parent))
     try:
-        import gen_grpc_stubs as gen
+        from _series import stubs as gen
     finally:
         sys.path.pop(0)
     main = _messages(gen.main_proto(), "kagent/api/v1alpha1/governed_memory.proto",

@@ -3,9 +3,10 @@
 On each kagent tree ``go_controller.build(tag)`` makes (each tag of ``go_controller.TAGS``,
 v0.9.11 and v0.9.12, + the Go patches, via ``git am``):
 
-* ``scripts/verify_go_series.py --lint``: every Go commit builds, vets, is gofmt-clean and
+* ``scripts/series verify --series v0.9.11 --lint``: every Go commit builds, vets, is
+  gofmt-clean and
   regenerates byte-identically with sqlc v1.30.0; golangci-lint v2.12.2 at the top;
-* ``scripts/run_go_db_tests.py``: kagent's own Go tests of the touched packages and the
+* ``scripts/series go-db-tests``: kagent's own Go tests of the touched packages and the
   series' new ones, ``go test -race``, against the embedded PostgreSQL (the governed tables as
   the EXECUTE-only roles).
 
@@ -49,10 +50,11 @@ def go_tree(tag: str) -> Path:
 def _run(script: str, *args: str) -> tuple[int, str, float]:
     started = time.monotonic()
     # the Go series' worktree sits at a fixed path outside the session's private TMPDIR: the
-    # caches of golangci-lint and the go command are keyed by it (scripts/verify_go_series.py)
+    # caches of golangci-lint and the go command are keyed by it (scripts/series verify)
     workdir = Path(original_tmpdir()) / f"verify-go-series-{os.getuid()}"
     env = {**os.environ, "VERIFY_GO_SERIES_WORKDIR": str(workdir)}
-    done = subprocess.run([sys.executable, str(REPO / "scripts" / script), *args], env=env,
+    done = subprocess.run([sys.executable, str(REPO / "scripts/series"), *script.split(), *args],
+                          env=env,
                           capture_output=True, text=True, timeout=2400, check=False)
     took = time.monotonic() - started
     print(f"{script}: exit {done.returncode} in {took:.0f} s\n{done.stdout[-6000:]}")
@@ -61,14 +63,14 @@ def _run(script: str, *args: str) -> tuple[int, str, float]:
 
 def test_every_go_commit_builds_vets_formats_regenerates_and_lints(go_tree: Path,
                                                                     tag: str) -> None:
-    code, out, _ = _run("verify_go_series.py", "--tree", str(go_tree), "--base", tag, "--lint")
+    code, out, _ = _run("verify --series v0.9.11", "--tree", str(go_tree), "--base", tag, "--lint")
     if code == 3:
         pytest.skip(f"GO VERIFICATION NOT RUN ({tag}): go not found")
     assert code == 0, out[-8000:]
 
 
 def test_kagent_go_tests_pass_on_the_patched_tree(go_tree: Path, tag: str) -> None:
-    code, out, _ = _run("run_go_db_tests.py", "--tree", str(go_tree))
+    code, out, _ = _run("go-db-tests", "--tree", str(go_tree))
     if code == 3:
         pytest.skip(f"GO DB TESTS NOT RUN ({tag}): go not found")
     assert code == 0, out[-8000:]

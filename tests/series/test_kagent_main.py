@@ -1,7 +1,7 @@
 """The upstream path on kagent ``main``: ``patches/kagent-main/`` (small standalone PRs + the EP).
 
 The form checks need nothing but this repository.  The rest runs
-``scripts/verify_kagent_main.py`` once per step against the kagent source of
+``scripts/series verify --series main`` once per step against the kagent source of
 ``go_controller.kagent_source()`` (``$KGM_KAGENT_SRC``, default this workplace's mirror):
 every patch applies alone and all in order; each Go PR alone builds, vets, is gofmt-clean,
 regenerates with sqlc and passes golangci-lint at main's pins; kagent's Go tests of the touched
@@ -100,7 +100,7 @@ _OUTPUTS: dict[str, str] = {}
 
 
 def _verify(step: str) -> str:
-    """``verify_kagent_main.py --step STEP``'s output, run once per pytest session."""
+    """``series verify --series main --step STEP``'s output, run once per pytest session."""
     if step not in _OUTPUTS:
         _OUTPUTS[step] = _run_step(step)
     return _OUTPUTS[step]
@@ -127,7 +127,7 @@ def _run_step(step: str) -> str:
     substrate = substrate_source()
     if step == "go-tests" and substrate is not None:
         extra = ["--substrate-src", str(substrate)]
-    done = subprocess.run([sys.executable, str(REPO / "scripts" / "verify_kagent_main.py"),
+    done = subprocess.run([sys.executable, str(REPO / "scripts/series"), "verify", "--series", "main",
                            "--src", str(src), "--step", step, *extra], env=env,
                           capture_output=True, text=True, timeout=3000, check=False)
     out = done.stdout + done.stderr
@@ -166,7 +166,7 @@ ELSEWHERE = ("go/core/internal/grpcserver", "go/api/")
 
 def _go_test_packages() -> tuple[str, ...]:
     sys.path.insert(0, str(REPO / "scripts"))
-    import verify_kagent_main
+    from _series import verify_main as verify_kagent_main
 
     return verify_kagent_main.GO_TEST_PACKAGES + verify_kagent_main.IN_PLACE_PACKAGES
 

@@ -15,7 +15,6 @@ No network, no git mirror, no Go toolchain: everything is read from the patch fi
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import shutil
 import subprocess
@@ -38,16 +37,13 @@ from kagent_governed_memory.store import _decode_cursor, _encode_cursor
 pytestmark = pytest.mark.series
 
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "scripts" / "sync_patch_sql.py"
+SCRIPT = ROOT / "scripts" / "series"
 PATCHES = ROOT / "patches" / "kagent-v0.9.11"
 SQL_DIR = ROOT / "kagent_governed_memory" / "sql"
 GO_SERIES = 12  # 0001-0012 (controller, CRD, chart); 0101-0103 are the Python runtime series
 
-_spec = importlib.util.spec_from_file_location("sync_patch_sql", SCRIPT)
-assert _spec and _spec.loader
-sps = importlib.util.module_from_spec(_spec)
-sys.modules["sync_patch_sql"] = sps
-_spec.loader.exec_module(sps)
+sys.path.insert(0, str(SCRIPT.parent))  # scripts/_series, the series tool's package
+from _series import sync_sql as sps  # noqa: E402
 
 
 def go_patch(number: int) -> Path:
@@ -82,7 +78,8 @@ TTL_FIX = lambda: patch_titled("stop extending the TTL")  # noqa: E731
 
 
 def run_script(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, str(SCRIPT), "sync-sql", "--series", "v0.9.11", *args],
+                          capture_output=True, text=True,
                           timeout=60, check=False)
 
 

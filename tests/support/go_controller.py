@@ -59,7 +59,7 @@ DEFAULT_SRC = Path("/work/.mirror/kagent-dev+kagent/repo")
 TAG = "v0.9.11"
 # The kagent tags the series is carried on: TAG (the main target, used by every test that
 # serves the controller) and the tip of release/v0.9.x, on which the series must also apply and
-# pass the Go checks (tests/series/test_go_series.py, scripts/verify-patches).
+# pass the Go checks (tests/series/test_go_series.py, scripts/series verify).
 TAGS = (TAG, "v0.9.12")
 
 # The overlay's fake TokenReview API and Kubernetes objects (see

@@ -7,9 +7,10 @@ the series) into ``go/core/internal/grpcserver`` and compiles that package's tes
 ``go test -c``.  The runtime grants are verified by 0017's ``memorygrant.Store`` when the
 series has it, else by the overlay's stand-in over ``memory_grant_resolve`` (one of the two
 ``governed_memory_main_grants_*_test.go`` is copied; the server logs which).  Package grpcserver imports substrate, which no module proxy here serves, so the
-build uses the COMPILE STAND-IN and substitute go.mod of ``scripts/kagent_main_inplace.py``
-(``kagent_main_substrate.py`` from an agent-substrate source, ``$KGM_SUBSTRATE_SRC``, default this
-workplace's mirror; ``kagent_main_modfile.py``) with ``GOTOOLCHAIN`` (default go1.27.3).  The
+build uses the COMPILE STAND-IN and substitute go.mod of ``scripts/_series/inplace.py``
+(``scripts/series standins substrate`` from an agent-substrate source, ``$KGM_SUBSTRATE_SRC``,
+default this workplace's mirror; ``scripts/series standins modfile``) with ``GOTOOLCHAIN``
+(default go1.27.3).  The
 binary is cached per hash of (those patches, the overlay, the two scripts, the stand-in's path,
 ``go version``) under ``go_controller``'s cache root (``main-`` prefix): built once, reused by
 every later session until an input changes.
@@ -62,7 +63,7 @@ SERVER_OVERLAY = OVERLAY_DIR / "governed_memory_main_testserver_test.go"
 GRANTS_STORE_OVERLAY = OVERLAY_DIR / "governed_memory_main_grants_store_test.go"
 GRANTS_STANDIN_OVERLAY = OVERLAY_DIR / "governed_memory_main_grants_db_test.go"
 GRANT_STORE_FILE = "go/core/internal/memorygrant/store.go"
-SCRIPTS = (REPO / "scripts" / "kagent_main_substrate.py", REPO / "scripts" / "kagent_main_modfile.py")
+SCRIPTS = (REPO / "scripts/_series/standins.py", REPO / "scripts/_series/modfile.py")
 SUBSTRATE_MIRROR = Path("/work/.mirror/agent-substrate+substrate/repo")
 TOOLCHAIN = "go1.27.3"
 OPERATOR_SERVICE_ACCOUNT = ("kagent", "memory-operator")
@@ -124,13 +125,14 @@ def _printed_path(stdout: str) -> Path:
 
 
 def _standin(env: dict[str, str]) -> Path:
-    done = subprocess.run([sys.executable, str(SCRIPTS[0]), "--src", str(substrate_source()),
-                           "--print-path"], capture_output=True, text=True, env=env, check=False)
+    done = subprocess.run([sys.executable, str(REPO / "scripts/series"), "standins", "substrate",
+                           "--src", str(substrate_source()), "--print-path"],
+                          capture_output=True, text=True, env=env, check=False)
     if done.returncode == 3:
         raise Unavailable("the substrate compile stand-in cannot be built here: "
                           + (done.stdout + done.stderr).strip().splitlines()[-1:][0])
     if done.returncode != 0:
-        raise RuntimeError(f"kagent_main_substrate.py failed:\n{done.stderr[-3000:]}")
+        raise RuntimeError(f"series standins substrate failed:\n{done.stderr[-3000:]}")
     return _printed_path(done.stdout)
 
 

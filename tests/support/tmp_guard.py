@@ -28,7 +28,7 @@ _SESSION_TMP: dict[str, str] = {}
 def original_tmpdir() -> str:
     """The temporary directory before the session's private one: for what must outlive the
     session on purpose at a fixed path (the Go series' worktree, whose path golangci-lint's and
-    the go command's caches are keyed by; ``scripts/verify_go_series.py``)."""
+    the go command's caches are keyed by; ``scripts/series verify``)."""
     return _SESSION_TMP.get("original") or tempfile.gettempdir()
 
 

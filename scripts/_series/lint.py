@@ -1,4 +1,4 @@
-"""golangci-lint at kagent main's pin, built for ``verify_kagent_main.py``.
+"""golangci-lint at kagent main's pin, built for ``verify_main.py`` and ``scripts/series lint``.
 
 The v2.13.0 release links golang.org/x/tools v0.49.0, whose export-data reader stops at version
 4, and go1.27.3 writes version 5, so the release binary reports only typecheck errors on main:
@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Protocol
 
-from kagent_main_inplace import run
+from .inplace import run
 
 LINT_VERSION, LINT_XTOOLS = "2.13.0", "v0.52.0"
 LINT_MODULE = "github.com/golangci/golangci-lint/v2"

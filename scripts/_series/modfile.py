@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Write a substitute ``go.mod``/``go.sum`` for a kagent ``main`` tree, outside that tree.
 
 kagent ``main``'s ``go/go.mod`` pins four module versions that the Go module proxy this
@@ -9,10 +8,10 @@ must not be inside the tree), swaps each refused version for the nearest one the
 (``github.com/agent-substrate/substrate``, replaced upstream by ``github.com/kagent-dev/substrate``)
 together with its ``replace`` line.  The packages that import that module, directly or through
 another package of the module, cannot be built; they are named, and every other package is
-written to ``OUT/build-list`` (one import path a line, for ``verify_go_series.py
---build-list``).
+written to ``OUT/build-list`` (one import path a line, for ``scripts/series verify
+--series v0.9.11 --build-list``).
 
-With ``--substrate DIR`` (a COMPILE STAND-IN module built by ``kagent_main_substrate.py``, not
+With ``--substrate DIR`` (a COMPILE STAND-IN module built by ``standins.py``, not
 the real fork) substrate is kept and its ``replace`` points at DIR instead, nothing is left out
 of ``build-list``, and envoy is substituted by ``STANDIN_SUBSTITUTES`` (see there).
 
@@ -22,7 +21,7 @@ Nothing written here belongs in a patch.
 
 Stdlib only.  Usage::
 
-    python scripts/kagent_main_modfile.py --tree /path/to/kagent --out /tmp/kagent-modfile
+    scripts/series standins modfile --tree /path/to/kagent --out /tmp/kagent-modfile
 
 Exit status: 0 written; 2 bad arguments (no ``go/go.mod``, ``--out`` inside the tree, or a
 pinned version in the table that the tree no longer pins -- the table needs a look).
@@ -81,7 +80,7 @@ def module_path(go_mod: str) -> str:
 def substitute(go_mod: str, substrate: Path | None = None) -> tuple[str, list[str]]:
     """Return the substitute go.mod text and one line per change made.
 
-    With ``substrate`` (a stand-in module directory from ``kagent_main_substrate.py``) the
+    With ``substrate`` (a stand-in module directory from ``scripts/series standins substrate``) the
     dropped module is kept and its ``replace`` points at that directory instead.
     """
     changes: list[str] = []
@@ -170,13 +169,13 @@ def excluded(pkgs: dict[str, set[str]]) -> dict[str, str]:
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
     parser.add_argument("--tree", required=True, type=Path, help="kagent work tree")
     parser.add_argument("--out", required=True, type=Path,
                         help="directory for go.mod, go.sum and build-list (outside the tree)")
     parser.add_argument("--substrate", type=Path, default=None,
-                        help="a substrate stand-in module dir (kagent_main_substrate.py): "
+                        help="a substrate stand-in module dir (scripts/series standins substrate): "
                              "replace substrate with it instead of leaving its importers out")
     args = parser.parse_args(argv)
     substrate = args.substrate.resolve() if args.substrate else None
@@ -218,6 +217,3 @@ def main(argv: list[str] | None = None) -> int:
     print(f'GOFLAGS="-modfile={out / "go.mod"} -mod=mod"')
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Run kagent's own Go database tests on a patched tree against the embedded PostgreSQL.
 
 kagent's Go DB tests start ``pgvector/pgvector:pg18`` through testcontainers, which needs a
@@ -29,7 +28,7 @@ that no test database or login was left behind.
 Stdlib only (plus the library's ``_embedded`` module, which brings the server and ``psql``).
 Usage::
 
-    python scripts/run_go_db_tests.py --tree /path/to/kagent [--package ./core/...]... [-v]
+    scripts/series go-db-tests --tree /path/to/kagent [--package ./core/...]... [-v]
 
 Exit status: 0 all passed, 1 a package failed, 2 bad tree (no ``go/go.mod`` or no seam),
 3 no ``go`` binary ("GO DB TESTS NOT RUN: go not found"), 4 the embedded server is unavailable.
@@ -43,12 +42,9 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 from urllib.parse import quote
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 SEAM_ENV = "KAGENT_TEST_DATABASE_URL"
 SEAM_FILE = "core/internal/dbtest/pgserver/pgserver.go"
@@ -83,6 +79,7 @@ _IDENTIFIER = re.compile(r'"?(\w+)"?')
 def _dsn_parts(dsn: str) -> dict[str, str]:
     """``host=/x port=5432 user=postgres dbname=kgm`` -> dict (the embedded DSNs have no spaces)."""
     return dict(part.split("=", 1) for part in dsn.split())
+
 
 
 class Psql:
@@ -218,8 +215,8 @@ def run_package(go: str, workdir: Path, package: str, env: dict[str, str],
     return run
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+    ap = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
     ap.add_argument("--tree", default=".", help="the kagent checkout (tests run in TREE/go)")
     ap.add_argument("--go", default=None, help="the go binary (default: go on PATH)")
     ap.add_argument("--package", action="append", dest="packages", metavar="PATTERN",
@@ -333,6 +330,3 @@ def _run(pg, go: str, workdir: Path, packages: list[str], verbose: bool) -> int:
     print("GO DB TESTS PASSED")
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Check a kagent ``main`` tree's Python the way kagent's CI does (``python-test``, ``python-lint``).
 
 In ``TREE/python``, with main's own lock and Python 3.13 (main's ``.python-version``):
@@ -14,7 +13,7 @@ uv is ``$UV``, else the ``uv`` beside this interpreter (the ``test`` extra insta
 pyenv or Debian install; uv is told never to download one.  Without uv or Python 3.13 the run
 prints "PYTHON PR NOT RUN: <what is missing>" and exits 3.
 
-Usage: ``python scripts/verify_main_python_pr.py --tree /path/to/kagent``.  Exit status: 0
+Usage: ``scripts/series python-pr --tree /path/to/kagent``.  Exit status: 0
 passed, 1 a check failed, 2 bad tree, 3 not run.
 """
 
@@ -56,8 +55,8 @@ def find_python313() -> str | None:
     return None
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+    ap = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
     ap.add_argument("--tree", required=True, type=Path)
     args = ap.parse_args(argv)
     python_dir = args.tree / "python"
@@ -108,6 +107,3 @@ def _run_steps(steps: list[tuple[str, list[str]]], python_dir: Path,
                 break
     return 1 if failed else 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Check ``patches/kagent-main/`` -- the upstream path on kagent ``main`` -- as kagent's CI would.
 
 The series is a set of small pull requests, each standalone against the snapshot named in
@@ -11,30 +10,30 @@ The series is a set of small pull requests, each standalone against the snapshot
   ``0001``, ``0013`` on ``0001``+``0011``, ``0015`` on ``0010``, ``0016`` on
   ``0001``+``0010``-``0013``+``0015``, ``0017`` on ``0001``+``0010``+``0011``+``0015``), checking its
   own commit only (one tree path, reset between PRs, so the build cache carries over):
-  ``scripts/verify_go_series.py --lint`` (builds, ``go vet`` and ``gofmt -l`` of the touched
+  ``scripts/series verify --series v0.9.11 --lint`` (builds, ``go vet`` and ``gofmt -l`` of the touched
   packages, ``sqlc generate`` v1.30.0 leaves the tree byte-identical, golangci-lint at main's pin
   with main's ``go/.golangci.yaml``);
 * ``go-tests``: kagent's own Go tests of the touched packages and the PRs' new tests, ``go test
   -race``, on BASE + all the Go patches in order (the dbtest seam, 0001, is what lets them run
-  on the embedded PostgreSQL: ``scripts/run_go_db_tests.py``);
+  on the embedded PostgreSQL: ``scripts/series go-db-tests``);
 * ``crd``: for every patch that changes the CRDs, on BASE + that patch alone: the API packages'
   unit tests, and the admission cases of ``tests/series/kagent_main/`` through kube-apiserver's own
-  defaulting, validation and CEL code (``scripts/kagent_main_crdcheck.py``); kagent's envtest
+  defaulting, validation and CEL code (``scripts/series crd``); kagent's envtest
   tests need binaries from GitHub and are reported NOT RUN;
 * ``python``: for every patch that touches ``python/``, on BASE + that patch alone (or on the
   patches it names as prerequisites: ``0020`` on ``0010``), ruff and
   kagent-adk's unit tests in main's own lock (``uv sync --frozen``, Python 3.13):
-  ``scripts/verify_main_python_pr.py``.
+  ``scripts/series python-pr``.
 * ``helm``: on all patches in order, ``helm unittest helm/kagent`` and ``helm template`` with
-  governed memory off byte-identical to BASE's: ``scripts/kagent_main_helm.py``.
+  governed memory off byte-identical to BASE's: ``helm.py`` (``scripts/series helm``).
 
 main's ``go.mod`` pins four module versions that the Go module proxy here refuses (403), so
-main itself does not build here unchanged.  ``scripts/kagent_main_modfile.py`` writes a
+main itself does not build here unchanged.  ``scripts/series standins modfile`` writes a
 substitute ``go.mod`` outside the tree (nearest served versions; packages that need the one
 module with no version served are left out of the build and named), passed as ``GOFLAGS=
 -modfile=...``; every Go line below says so.  Nothing of the substitute enters a patch.
 With ``--substrate-src`` the ``go-tests`` step also checks the packages that import substrate
-in place on a compile stand-in for substrate (``scripts/kagent_main_inplace.py``,
+in place on a compile stand-in for substrate (``inplace.py``,
 ``IN_PLACE_PACKAGES``: ``core/internal/grpcserver``, ``0017``'s ``core/internal/memorygrant``
 and ``core/internal/a2a``, and ``0018``'s ``core/pkg/app`` and ``core/cli/cmd/kagent``); without it
 those checks say NOT RUN.
@@ -46,7 +45,7 @@ directory, stay warm between runs.
 
 Usage::
 
-    python scripts/verify_kagent_main.py --src /path/to/kagent [--step apply|go|go-tests|python]...
+    scripts/series verify --series main --src /path/to/kagent [--step apply|go|go-tests|python]...
         [--substrate-src /path/to/agent-substrate]
 
 Exit status: 0 every step that ran passed; 1 a step failed; 2 bad arguments; 3 nothing could
@@ -65,16 +64,14 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import kagent_main_crdcheck  # noqa: E402
-import kagent_main_helm  # noqa: E402
-import kagent_main_inplace as inplace  # noqa: E402
-from kagent_main_lint import LINT_VERSION, LINT_XTOOLS, lint_binary  # noqa: E402
-from kagent_main_inplace import run  # noqa: E402
+from . import PACKAGE, REPO, command
+from . import crd
+from . import helm
+from . import inplace
+from .inplace import run
+from .lint import LINT_VERSION, LINT_XTOOLS, lint_binary
 
-REPO = Path(__file__).resolve().parent.parent
 SERIES = REPO / "patches" / "kagent-main"
-SCRIPTS = REPO / "scripts"
 STEPS = ("apply", "proto", "go", "go-tests", "crd", "python", "helm")
 GOTOOLCHAIN = "go1.27.3"
 IDENTITY = ["-c", "user.name=verify", "-c", "user.email=verify@localhost"]
@@ -181,7 +178,7 @@ def step_apply(rep: Report, src: Path, work: Path, base: str) -> None:
     code, out, secs = apply(tree, patches())
     rep.line("PASS" if code == 0 else "FAIL", "apply",
              f"all {len(patches())} patches in order on {base[:9]}", secs, out)
-    code, out, secs = run([sys.executable, str(SCRIPTS / "sync_patch_sql_main.py"), "--check"])
+    code, out, secs = run(command("sync-sql", "--series", "main", "--check"))
     rep.line("PASS" if code == 0 else "FAIL", "apply", "0011-0013 carry the library's files as "
              "generated (governed track, qualified statements, assertion vectors)", secs, out)
 
@@ -190,8 +187,8 @@ def go_env(work: Path, tree: Path, rep: Report) -> dict[str, str] | None:
     """The environment for Go on ``tree``: toolchain 1.27 and the substitute modfile."""
     env = {**os.environ, "GOTOOLCHAIN": os.environ.get("GOTOOLCHAIN", GOTOOLCHAIN)}
     out_dir = work / "modfile" / tree.name
-    code, out, secs = run([sys.executable, str(SCRIPTS / "kagent_main_modfile.py"),
-                           "--tree", str(tree), "--out", str(out_dir)], env=env)
+    code, out, secs = run(command("standins", "modfile", "--tree", str(tree), "--out",
+                                  str(out_dir)), env=env)
     if code != 0:
         rep.line("FAIL", "modfile", f"substitute go.mod for {tree.name}", secs, out)
         return None
@@ -205,8 +202,8 @@ def step_proto(rep: Report, src: Path, work: Path, base: str) -> None:
     that touches proto/ alone: buf lint, buf breaking against BASE, regeneration clean."""
     tree = work / "alone"
     fresh_tree(src, tree, base)
-    script = str(SCRIPTS / "kagent_main_protogen.py")
-    code, out, secs = run([sys.executable, script, "--tree", str(tree), "--check"])
+    script = command("protos", "kagent")
+    code, out, secs = run([*script, "--tree", str(tree), "--check"])
     rep.line("PASS" if code == 0 else ("NOT RUN" if code == 3 else "FAIL"), "proto",
              f"BASE's checked-in generated code reproduced byte for byte (buf generate with "
              f"the pinned plugins built locally){_reason(code, out)}", secs, out)
@@ -216,7 +213,7 @@ def step_proto(rep: Report, src: Path, work: Path, base: str) -> None:
         fresh_tree(src, tree, base)
         code, out, secs = apply(tree, [patch])
         if code == 0:
-            code, out, secs = run([sys.executable, script, "--tree", str(tree), "--check",
+            code, out, secs = run([*script, "--tree", str(tree), "--check",
                                    "--lint", "--breaking-against", base])
         rep.line("PASS" if code == 0 else ("NOT RUN" if code == 3 else "FAIL"), "proto",
                  f"{patch.name} alone: buf lint, buf breaking against BASE, generated code "
@@ -233,10 +230,10 @@ def _reason(code: int, out: str) -> str:
 def step_probe(rep: Report, tree: Path, env: dict[str, str], substrate_src: Path | None,
                work: Path, src: Path, base: str) -> None:
     """The grpcserver package needs substrate (not served), so its interceptor tests run on a
-    copy of the interceptors outside the package (scripts/kagent_main_grpcserver_probe.sh)."""
+    copy of the interceptors outside the package (scripts/_series/grpcserver_probe.sh)."""
     if not (tree / "go/core/internal/grpcserver/interceptors_logs_test.go").exists():
         return
-    code, out, secs = run(["bash", str(SCRIPTS / "kagent_main_grpcserver_probe.sh"),
+    code, out, secs = run(["bash", str(PACKAGE / "grpcserver_probe.sh"),
                            str(tree)], env=env)
     if code == 0:
         probe = "./core/internal/zz_grpcserverprobe/"
@@ -281,7 +278,7 @@ def step_go(rep: Report, src: Path, work: Path, base: str, lint: bool) -> None:
             continue
         pr_base = run(["git", "-C", str(tree), "rev-parse", "HEAD~1"])[1].strip() if before else base
         on = f"on {'+'.join(p.name[:4] for p in before)}" if before else "alone"
-        cmd = [sys.executable, str(SCRIPTS / "verify_go_series.py"), "--tree", str(tree),
+        cmd = [*command("verify", "--series", "v0.9.11"), "--tree", str(tree),
                "--base", pr_base, "--build-list", str(work / "modfile" / tree.name / "build-list")]
         if lint:
             binary = lint_binary(rep)
@@ -311,7 +308,7 @@ def step_go_tests(rep: Report, src: Path, work: Path, base: str,
     env = go_env(work, tree, rep)
     if env is None:
         return
-    cmd = [sys.executable, str(SCRIPTS / "run_go_db_tests.py"), "--tree", str(tree)]
+    cmd = command("go-db-tests", "--tree", str(tree))
     for pattern in GO_TEST_PACKAGES:
         cmd += ["--package", pattern]
     code, out, secs = run(cmd, env=env)
@@ -334,7 +331,7 @@ def step_crd(rep: Report, src: Path, work: Path, base: str) -> None:
         code, out, secs = apply(tree, [patch])
         env = go_env(work, tree, rep) if code == 0 else None
         if env is not None:
-            for status, what, secs, out in kagent_main_crdcheck.verify(tree, env):
+            for status, what, secs, out in crd.verify(tree, env):
                 rep.line(status, "crd", f"{patch.name} alone: {what}", secs, out)
         elif code != 0:
             rep.line("FAIL", "crd", f"{patch.name}: does not apply", secs, out)
@@ -353,8 +350,7 @@ def step_python(rep: Report, src: Path, work: Path, base: str) -> None:
         if code != 0:
             rep.line("FAIL", "python", f"{patch.name}: does not apply", secs, out)
             continue
-        code, out, secs = run([sys.executable, str(SCRIPTS / "verify_main_python_pr.py"),
-                               "--tree", str(tree)])
+        code, out, secs = run(command("python-pr", "--tree", str(tree)))
         print("\n".join("    " + x for x in out.rstrip().splitlines()[-25:]), flush=True)
         status = "PASS" if code == 0 else ("NOT RUN" if code == 3 else "FAIL")
         on = f"on {'+'.join(p.name[:4] for p in before)}" if before else "alone"
@@ -362,8 +358,8 @@ def step_python(rep: Report, src: Path, work: Path, base: str) -> None:
                  "in main's lock (Python 3.13)", secs, out)
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+    ap = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
     ap.add_argument("--src", type=Path, default=os.environ.get("KGM_KAGENT_SRC") or None,
                     help="a kagent clone or git directory holding BASE (default $KGM_KAGENT_SRC)")
     ap.add_argument("--step", action="append", choices=STEPS, dest="steps",
@@ -413,7 +409,7 @@ def main(argv: list[str] | None = None) -> int:
         tree = work / "in-order"
         fresh_tree(src, tree, base)
         code, out, secs = apply(tree, patches())
-        for status, what, secs, out in (kagent_main_helm.verify(tree, src, base, work)
+        for status, what, secs, out in (helm.verify(tree, src, base, work)
                                         if code == 0 else [("FAIL", "does not apply", secs, out)]):
             rep.line(status, "helm", what, secs, out)
     print(f"SUMMARY: {rep.ran} checks ran, {len(rep.failed)} failed; "
@@ -424,6 +420,3 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_FAILED
     return EXIT_OK if rep.ran else EXIT_NOT_RUN
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Build a COMPILE STAND-IN for ``github.com/kagent-dev/substrate v0.0.20`` (kagent main's pin).
 
 kagent ``main`` (BASE 5229184e) replaces ``github.com/agent-substrate/substrate`` with
@@ -9,12 +8,12 @@ This script makes a module directory that compiles in its place:
 1. ``pkg/api/v1alpha1``, ``pkg/client`` and ``pkg/proto/ateapipb`` (plus ``go.mod``, ``go.sum``,
    ``LICENSE``) of agent-substrate/substrate at ``SUBSTRATE_COMMIT``, read from a clone or git
    directory (``--src``, default ``$KGM_SUBSTRATE_SRC``);
-2. ``scripts/kagent_main_substrate/overlay.patch`` applied on top (this project's code: the API
+2. ``scripts/_series/substrate/overlay.patch`` applied on top (this project's code: the API
    shape kagent main compiles against, derived by compiling kagent's importing packages);
 3. ``ateapi.pb.go``/``ateapi_grpc.pb.go`` regenerated from the overlaid ``ateapi.proto`` with
    protoc 33.5 and protoc-gen-go v1.36.11 / protoc-gen-go-grpc v1.6.1 (the versions upstream's
    generated headers name for the plugins; kagent main's own code uses v1.36.11 / v1.6.2; the
-   tools and their download code are ``kagent_main_protogen.py``'s, cached under its cache);
+   tools and their download code are ``protos.py``'s, cached under its cache);
 4. upstream's ``_test.go`` files removed (they need modules outside these packages) and
    ``go mod tidy`` run, so the stand-in requires only what these packages import (upstream's
    whole-repository go.mod would pull an envoy version the proxy refuses into kagent's graph);
@@ -23,12 +22,12 @@ This script makes a module directory that compiles in its place:
 The result is cached at ``~/.cache/kagent-governed-memory/substrate-standin-<commit>-<overlay
 sha256>`` and its path printed last.  IT IS NOT THE REAL v0.0.20: the fork's wire format and
 behaviour are unknown here; the stand-in is for compiling and testing kagent's packages only
-(``kagent_main_modfile.py --substrate DIR`` replaces substrate with it).  Nothing of it belongs
-in a patch.
+(``scripts/series standins modfile --substrate DIR`` replaces substrate with it).  Nothing
+of it belongs in a patch.
 
 Usage::
 
-    python scripts/kagent_main_substrate.py --src /path/to/agent-substrate [--print-path]
+    scripts/series standins substrate --src /path/to/agent-substrate [--print-path]
 
 Exit status: 0 built (or cached); 2 bad arguments; 3 NOT RUN (no source holding the commit, or
 a tool cannot be had); 1 the build failed.
@@ -44,15 +43,15 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import re
 from pathlib import Path
 
-SCRIPTS = Path(__file__).resolve().parent
-sys.path.insert(0, str(SCRIPTS))
-import kagent_main_protogen as protogen  # noqa: E402
+from . import PACKAGE
+from . import protos as protogen
 
 SUBSTRATE_COMMIT = "86e138f628e419426be5ac9bbc68507e8333a4c4"
 FORK = "github.com/kagent-dev/substrate v0.0.20"
-OVERLAY = SCRIPTS / "kagent_main_substrate" / "overlay.patch"
+OVERLAY = PACKAGE / "substrate" / "overlay.patch"
 PATHS = ["go.mod", "go.sum", "LICENSE", "pkg/api/v1alpha1", "pkg/client", "pkg/proto/ateapipb"]
 PROTO_DIR = "pkg/proto/ateapipb"
 PROTOC_GEN_GO = ("protoc-gen-go", "google.golang.org/protobuf/cmd/protoc-gen-go", "v1.36.11")
@@ -149,8 +148,21 @@ def build(src: Path, install: bool) -> Path:
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+# a terminal control sequence (CSI: ESC [ ... final byte), as a tool's output can carry
+ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")
+
+
+def path_from_output(out: str) -> Path:
+    """The stand-in's path from ``main``'s output: its last line, terminal control sequences
+    (an ANSI reset a tool left before it) removed."""
+    lines = [x.strip() for x in ANSI.sub("", out).splitlines() if x.strip()]
+    if not lines:
+        raise ValueError("no path in the stand-in builder's output")
+    return Path(lines[-1])
+
+
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+    ap = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
     ap.add_argument("--src", type=Path, default=os.environ.get("KGM_SUBSTRATE_SRC") or None,
                     help="an agent-substrate/substrate clone or git directory holding "
                          f"{SUBSTRATE_COMMIT[:12]} (default $KGM_SUBSTRATE_SRC)")
@@ -180,6 +192,3 @@ def main(argv: list[str] | None = None) -> int:
     print(out)
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

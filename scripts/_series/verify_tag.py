@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Check every Go commit of the kagent patch series the way kagent's CI does.
 
 Given a kagent work tree whose HEAD is the series applied as commits on top of a base tag
@@ -49,7 +48,7 @@ not on PATH ("GO VERIFICATION NOT RUN").
 
 Stdlib only, Python >= 3.11.  Usage::
 
-    python scripts/verify_go_series.py --tree /path/to/kagent [--base v0.9.11]
+    scripts/series verify --series v0.9.11 --tree /path/to/kagent [--base v0.9.11]
         [--sqlc PATH] [--lint | --lint-each] [--lint-all] [--golangci-lint PATH]
         [--lint-config FILE] [--lint-plugin NAME=PATH] [--lint-cache DIR]
         [--build-list FILE] [-v]
@@ -514,8 +513,8 @@ class Linter:
         run_.add(Result(label, "lint", "PASS" if code == 0 else "FAIL", secs, what, out))
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
     parser.add_argument("--tree", required=True, type=Path,
                         help="kagent work tree; its HEAD is the series on top of --base")
     parser.add_argument("--base", default=DEFAULT_BASE, help="default %(default)s")
@@ -539,7 +538,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="build the packages listed in this file (one import path or "
                              "pattern per line) instead of ./... -- for a tree some of whose "
                              "packages cannot be built here (kagent main: modules the proxy "
-                             "refuses, scripts/kagent_main_modfile.py)")
+                             "refuses, scripts/series standins modfile)")
     parser.add_argument("-v", "--verbose", action="store_true",
                         help="print command output for passing checks too")
     args = parser.parse_args(argv)
@@ -673,6 +672,3 @@ def main(argv: list[str] | None = None) -> int:
     print("GO SERIES VERIFIED" if not failed else "GO SERIES NOT VERIFIED")
     return EXIT_FAILED if failed else EXIT_OK
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Admit objects against a kagent ``main`` tree's CRDs as kube-apiserver would, without a cluster.
 
 kagent checks its CRDs' CEL rules with envtest (a real kube-apiserver and etcd, fetched by
@@ -6,7 +5,7 @@ kagent checks its CRDs' CEL rules with envtest (a real kube-apiserver and etcd, 
 patch are reported NOT RUN, and this script runs the same cases through
 ``tests/series/go_crdcheck/main.go`` instead -- apiextensions-apiserver's structural defaulting,
 OpenAPI validation and CEL evaluation, built inside the tree's own module (its pinned k8s.io
-versions) with the substitute ``go.mod`` of ``scripts/kagent_main_modfile.py``.
+versions) with the substitute ``go.mod`` of ``scripts/series standins modfile``.
 
 Every object in ``--cases`` carries ``metadata.annotations``:
 
@@ -15,11 +14,11 @@ Every object in ``--cases`` carries ``metadata.annotations``:
   defaulting.
 
 One PASS/FAIL line per object; exit 0 when all pass, 1 when one fails, 2 on bad arguments.
-``verify()`` is what ``scripts/verify_kagent_main.py --step crd`` runs on a patched tree: every
-case file of ``tests/series/kagent_main/``, and the API packages' own unit tests with ``-race`` (their
-envtest tests reported NOT RUN by name).  Stdlib + PyYAML.  Usage::
+``verify()`` is what ``scripts/series verify --series main --step crd`` runs on a patched
+tree: every case file of ``tests/series/kagent_main/``, and the API packages' own unit tests
+with ``-race`` (their envtest tests reported NOT RUN by name).  Stdlib + PyYAML.  Usage::
 
-    python scripts/kagent_main_crdcheck.py --tree /path/to/kagent --cases FILE [--go GO]
+    scripts/series crd --tree /path/to/kagent --cases FILE [--go GO]
 """
 
 from __future__ import annotations
@@ -36,9 +35,9 @@ from pathlib import Path
 
 import yaml
 
-REPO = Path(__file__).resolve().parent.parent
+from . import REPO, command
+
 CHECKER = REPO / "tests" / "series" / "go_crdcheck" / "main.go"
-MODFILE = REPO / "scripts" / "kagent_main_modfile.py"
 CASES = REPO / "tests" / "series" / "kagent_main"
 API_PACKAGES = ("./api/v1alpha2/", "./api/v1alpha3/")
 
@@ -61,8 +60,8 @@ def _build(tree: Path, go: str, work: Path) -> Path:
     (gosrc / "kgm-crdcheck").mkdir()
     shutil.copy(CHECKER, gosrc / "kgm-crdcheck" / "main.go")
     modfile = work / "modfile"
-    subprocess.run([sys.executable, str(MODFILE), "--tree", str(work / "tree"), "--out", str(modfile)],
-                   check=True, capture_output=True, text=True)
+    subprocess.run(command("standins", "modfile", "--tree", str(work / "tree"), "--out",
+                           str(modfile)), check=True, capture_output=True, text=True)
     env = {**os.environ, "GOFLAGS": f"-modfile={modfile / 'go.mod'} -mod=mod",
            "GOTOOLCHAIN": os.environ.get("GOTOOLCHAIN", "go1.27.3")}
     out = work / "kgm-crdcheck"
@@ -89,8 +88,8 @@ def verify(tree: Path, env: dict[str, str]) -> list[tuple[str, str, float, str]]
     lines: list[tuple[str, str, float, str]] = []
     for cases in sorted(CASES.glob("*.yaml")):
         started = time.monotonic()
-        done = subprocess.run([sys.executable, __file__, "--tree", str(tree), "--cases",
-                               str(cases)], env=env, capture_output=True, text=True, check=False)
+        done = subprocess.run(command("crd", "--tree", str(tree), "--cases", str(cases)),
+                              env=env, capture_output=True, text=True, check=False)
         passed = done.stdout.count("\nPASS") + done.stdout.startswith("PASS")
         lines.append(("PASS" if done.returncode == 0 else "FAIL",
                       f"{passed} admission cases of {cases.name} through kube-apiserver's "
@@ -110,12 +109,12 @@ def verify(tree: Path, env: dict[str, str]) -> list[tuple[str, str, float, str]]
     return lines
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
     parser.add_argument("--tree", type=Path, required=True)
     parser.add_argument("--cases", type=Path, required=True)
     parser.add_argument("--go", default=shutil.which("go") or "go")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     crds = args.tree / "go" / "api" / "config" / "crd" / "bases"
     if not crds.is_dir() or not args.cases.is_file():
         print(f"bad arguments: no {crds} or no {args.cases}", file=sys.stderr)
@@ -150,6 +149,3 @@ def main() -> int:
               f"{'' if mode is None else f' (mode {mode})'}; got {errors or 'accepted'}")
     return 1 if failed else 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Regenerate kagent main's protobuf code with local copies of its pinned buf plugins.
 
 kagent main's `proto/buf.gen.yaml` uses buf remote plugins and `proto/buf.yaml` depends on
@@ -8,7 +7,7 @@ package registries into a cache, then runs the tree's own template through buf w
 `local:`/`protoc_builtin:` plugins in a throw-away buf workspace. The kagent tree itself is
 only written to in its generated-code folders.
 
-    kagent_main_protogen.py --tree KAGENT [--check] [--lint] [--breaking-against REF]
+    scripts/series protos kagent --tree KAGENT [--check] [--lint] [--breaking-against REF]
 
 Where each pinned remote plugin comes from (the versions are read from the tree's template
 and must equal the pins below, else the script stops with NOT RUN):
@@ -450,8 +449,8 @@ def generated_paths(tree: Path) -> list[str]:
     return DEFAULT_GENERATED
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+    ap = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
     ap.add_argument(
         "--tree", required=True, type=Path, help="kagent work tree (has proto/buf.gen.yaml)"
     )
@@ -561,6 +560,3 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,15 +1,15 @@
-"""In-place checks of ``go/core/internal/grpcserver`` for ``verify_kagent_main.py --substrate-src``.
+"""In-place checks of ``go/core/internal/grpcserver`` for ``verify --series main --substrate-src``.
 
 Package grpcserver imports ``github.com/kagent-dev/substrate`` (through ``service/system``), of
 which the module proxy here serves no version.  Given an agent-substrate/substrate source, this
-module builds the COMPILE STAND-IN (``kagent_main_substrate.py``: agent-substrate@86e138f6 +
+module builds the COMPILE STAND-IN (``standins.py``: agent-substrate@86e138f6 +
 this project's overlay; not the real v0.0.20), writes a substitute go.mod that replaces
-substrate with it (``kagent_main_modfile.py --substrate``), and on the tree holding the Go
+substrate with it (``modfile.py --substrate``), and on the tree holding the Go
 patches in order runs, in place, for each of ``PACKAGES`` (grpcserver, and with ``0017``
 ``memorygrant`` and ``a2a``):
 
 * ``go vet ./core/internal/grpcserver/...``;
-* golangci-lint (main's pin, rebuilt as ``kagent_main_lint.lint_binary`` does) with main's
+* golangci-lint (main's pin, rebuilt as ``lint.lint_binary`` does) with main's
   ``go/.golangci.yaml`` minus its custom plugins (they lint ``api/v1alpha*`` only);
 * ``go test -race -count=1 -v ./core/internal/grpcserver/...``;
 * with ``0018``'s wiring test in the tree: ``go build`` of ``./core/cmd/controller/...`` and
@@ -20,7 +20,7 @@ and then shows the tests the fix adds fail without it: BASE plus only the ``_tes
 under grpcserver of the patch that fixes grpcserver (``git apply --include``), where ``go test``
 must compile and fail, each failing test being one of the added ones.
 
-Stdlib only; imported by ``verify_kagent_main.py`` (which passes in what it owns, so there is
+Stdlib only; imported by ``verify_main.py`` (which passes in what it owns, so there is
 no import cycle).
 """
 
@@ -29,13 +29,13 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
-SCRIPTS = Path(__file__).resolve().parent
+from . import command, standins, verify_tag
+
 PKG_DIR = "go/core/internal/grpcserver"
 PKG = "./core/internal/grpcserver/..."
 # every package checked in place (each imports substrate): grpcserver, 0017's memorygrant (it
@@ -72,21 +72,20 @@ def fix_patch(patches: list[Path]) -> Path | None:
 def standin_env(rep: Reporter, work: Path, tree: Path, substrate_src: Path,
                 base_env: dict[str, str]) -> dict[str, str] | None:
     """The Go environment for ``tree`` with substrate replaced by the stand-in."""
-    code, out, secs = run([sys.executable, str(SCRIPTS / "kagent_main_substrate.py"),
-                            "--src", str(substrate_src)], env=base_env)
+    code, out, secs = run(command("standins", "substrate", "--src", str(substrate_src)),
+                           env=base_env)
     if code != 0:
         lines = [x for x in out.splitlines() if "NOT RUN" in x] or out.strip().splitlines()[-1:]
         rep.line("NOT RUN" if code == 3 else "FAIL", STEP,
                  f"building the {STANDIN}: " + (lines[-1] if lines else f"exit {code}"),
                  secs, out)
         return None
-    standin = Path(out.strip().splitlines()[-1])
+    standin = standins.path_from_output(out)
     print("\n".join("    " + x for x in out.strip().splitlines() if x.startswith("***")),
           flush=True)
     out_dir = work / "modfile-standin" / tree.name
-    code, out, secs = run([sys.executable, str(SCRIPTS / "kagent_main_modfile.py"), "--tree",
-                            str(tree), "--out", str(out_dir), "--substrate", str(standin)],
-                           env=base_env)
+    code, out, secs = run(command("standins", "modfile", "--tree", str(tree), "--out",
+                                  str(out_dir), "--substrate", str(standin)), env=base_env)
     if code != 0:
         rep.line("FAIL", STEP, f"substitute go.mod with the {STANDIN} for {tree.name}", secs,
                  out)
@@ -97,12 +96,10 @@ def standin_env(rep: Reporter, work: Path, tree: Path, substrate_src: Path,
 
 
 def _lint_config(go_dir: Path) -> Path:
-    sys.path.insert(0, str(SCRIPTS))
-    import verify_go_series as vgs
-
     text = (go_dir / ".golangci.yaml").read_text()
     derived = go_dir / ".golangci.verify-inplace.yaml"
-    derived.write_text(vgs.config_with_plugins(text, set(vgs.custom_linters(text)), {}))
+    plugins = set(verify_tag.custom_linters(text))
+    derived.write_text(verify_tag.config_with_plugins(text, plugins, {}))
     return derived
 
 
@@ -130,10 +127,10 @@ def check_in_place(rep: Reporter, work: Path, tree: Path, env: dict[str, str],
         rep.line("PASS" if code == 0 else "FAIL", STEP,
                  f"golangci-lint {pkg} in place (main's .golangci.yaml minus its custom "
                  f"plugins; {STANDIN})", secs, out)
-    # through run_go_db_tests.py: 0016's tests serve GovernedMemoryService on the embedded
+    # through go_db_tests.py: 0016's tests serve GovernedMemoryService on the embedded
     # PostgreSQL (the dbtest seam); go test -race -count=1 -v as before otherwise
-    code, out, secs = run([sys.executable, str(SCRIPTS / "run_go_db_tests.py"), "--tree",
-                           str(tree), "--package", pkg, "-v"], env=env)
+    code, out, secs = run(command("go-db-tests", "--tree", str(tree), "--package", pkg, "-v"),
+                          env=env)
     passed, failed = _tests(out)
     if code == 0 and passed == 0:
         code, out = 1, out + "\nno test ran"

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Keep the SQL carried by the kagent v0.9.11 patch series identical to the library's SQL.
 
 ``kagent_governed_memory/sql/`` is the one source of truth.  The Go patches carry it as
@@ -25,7 +24,8 @@ stale, or if a touched patch's diffstat no longer matches its hunks.
 
 Stdlib only.  Usage::
 
-    python scripts/sync_patch_sql.py [--check] [--sql-dir DIR] [--patches-dir DIR] [--vectors F]
+    scripts/series sync-sql --series v0.9.11 [--check] [--sql-dir DIR] [--patches-dir DIR]
+        [--vectors F]
 
 ``--sql-dir`` (or ``KGM_SQL_DIR``) defaults to ``kagent_governed_memory/sql``;
 ``--patches-dir`` (or ``KGM_PATCHES_DIR``) defaults to ``patches/kagent-v0.9.11``.
@@ -41,12 +41,15 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from . import REPO as ROOT
+
 DEFAULT_SQL_DIR = ROOT / "kagent_governed_memory" / "sql"
 DEFAULT_PATCHES_DIR = ROOT / "patches" / "kagent-v0.9.11"
 
 MIGRATIONS_PREFIX = "go/core/pkg/migrations/governed/"
 BASELINE = "000001_governed_memory"
+# the carried header names this tool by its old file name: the patches carry it byte for byte, so
+# renaming it is a change of the series (regenerate the patches with it), not of this tool
 BASELINE_HEADER = (
     "-- The governed memory schema as one baseline of kagent's governed migration track: the\n"
     "-- migrations of kagent-governed-memory (kagent_governed_memory/sql/migrations), in order,\n"
@@ -421,8 +424,8 @@ def _text(section: Section) -> str | None:
         return None
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
     parser.add_argument("--check", action="store_true",
                         help="change nothing; exit 1 if the patches' SQL differs from the library")
     parser.add_argument("--sql-dir", type=Path,
@@ -443,7 +446,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"sync_patch_sql: {line}", file=sys.stderr)
         if result:
             print("sync_patch_sql: the patch series' SQL differs from "
-                  f"{args.sql_dir}; run: python scripts/sync_patch_sql.py", file=sys.stderr)
+                  f"{args.sql_dir}; run: scripts/series sync-sql --series v0.9.11",
+                  file=sys.stderr)
             return 1
         print(f"sync_patch_sql: patch SQL matches {args.sql_dir}")
         return 0
@@ -453,6 +457,3 @@ def main(argv: list[str] | None = None) -> int:
         print("sync_patch_sql: patches already match the library")
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

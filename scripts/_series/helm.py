@@ -1,5 +1,5 @@
-"""The ``helm`` step of ``verify_kagent_main.py``: kagent's ``make helm-test`` half that needs no
-network, on the tree with every patch applied in order.
+"""The ``helm`` step of ``verify_main.py`` (``scripts/series helm``): kagent's ``make
+helm-test`` half that needs no network, on the tree with every patch applied in order.
 
 - ``helm unittest helm/kagent`` (kagent's own suites and the series'), helm v3.18.0 (kagent's CI
   pin) and helm-unittest v1.1.2, as ``tests/series/test_chart.py`` builds them into
@@ -20,7 +20,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from kagent_main_inplace import run
+from .inplace import run
 
 CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "kagent-governed-memory"
 HELM = CACHE / "helm-v3.18.0" / "helm"
