@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.series
+
+ROOT = Path(__file__).resolve().parents[2]
 SERIES = ROOT / "scripts" / "series"
 COMMANDS = ("sync-sql", "verify", "standins", "lint", "protos", "go-db-tests", "helm", "crd",
             "python-pr")
