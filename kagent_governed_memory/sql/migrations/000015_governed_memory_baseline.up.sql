@@ -434,11 +434,8 @@ CREATE INDEX IF NOT EXISTS idx_memory_runtime_grant_expires_at ON memory_runtime
 -- Every governed role
 -- ===============================================================================================
 
--- XXX merge
--- The governed schema's version, readable by the service role (which cannot read any
--- migration bookkeeping table).  Every later migration replaces it.
--- 5. The schema version, as every entry point.
--- Executable by every governed role, SECURITY DEFINER with the pinned search_path (item 6).
+-- The governed schema's version (this file's: 15), readable by every governed role (none can
+-- read the migration bookkeeping table); a later migration that changes the schema replaces it.
 CREATE OR REPLACE FUNCTION memory_schema_version() RETURNS INTEGER
 LANGUAGE sql IMMUTABLE SECURITY DEFINER SET search_path FROM CURRENT AS $$ SELECT 15 $$;
 
@@ -472,7 +469,6 @@ $$;
 -- An agent's runtime (kagent_memory_runtime)
 -- ===============================================================================================
 
--- XXX merge
 -- Redeem one verified assertion and return the generation the request captures (as
 -- memory_generation: NULL without a matching consent).  p_expires_at is the assertion's `exp`.
 -- Refused, in this order and with nothing written:
@@ -480,16 +476,15 @@ $$;
 --         or further ahead than a 60 s lifetime plus that skew (a ledger row must not be
 --         pinned for long);
 --   KGJ01 a `jti` already redeemed (the replay).
--- The row is kept one minute past `exp`: from 30 s past `exp` on, KGJ02 refuses the token here
--- whatever any verifier's clock says, so a swept row can never be redeemed again.  Each call
--- also forgets up to 16 such rows (the sweep does the rest), which keeps the ledger about as
--- large as the last minute and a half of requests.
--- As 000008, and the row records what the redemption admitted.  The allowance (120 s past
--- `exp`) is this function's constant: work_until = exp + 120 s, and the row is forgotten then.
--- As 000011, and who may redeem depends on the login (session_user: the authenticated login,
--- whatever role it has SET): a registered runtime only a request the bridge recorded, for the
--- exact key, classification and audience recorded, of an agent it is registered for; a
+-- Who may redeem depends on the login (session_user: the authenticated login, whatever role
+-- it has SET): a registered runtime only a request the bridge recorded (KGJ04 otherwise), for
+-- the exact key, classification and audience recorded, of an agent it is registered for; a
 -- registered verifier, or a kagent_memory_service member (deprecated), any verified request.
+-- The row records what the redemption admitted (scope, generation, classification, audience,
+-- login) and is kept until work_until = exp + 120 s (this function's constant: the request's
+-- background work, e.g. an auto-save after the reply); from 30 s past `exp` on, KGJ02 refuses
+-- the token here whatever any verifier's clock says, so a swept row can never be redeemed
+-- again.  Each call also forgets up to 16 such rows (the sweep does the rest).
 CREATE OR REPLACE FUNCTION memory_redeem_assertion(
     p_jti TEXT, p_expires_at TIMESTAMPTZ,
     p_issuer TEXT, p_subject TEXT, p_namespace TEXT, p_agent TEXT, p_kind TEXT, p_room TEXT,
@@ -551,6 +546,17 @@ BEGIN
 END
 $$;
 
+-- A request's first call in one round trip (kagent mode): redeems the request's scope
+-- assertion exactly as memory_redeem_assertion does -- same checks, same reason codes -- and,
+-- when the redemption captured a generation, admits p_units of work under THAT generation
+-- (never a caller's) exactly as memory_admit_bound does, in the same transaction.  One row:
+--   generation   what the redemption captured (NULL: no valid consent; nothing admitted);
+--   refused      memory_admit's answer, 0 admitted, 1 the scope's budget, 2 the sender's rate
+--                (nothing consumed), NULL when no admission was attempted or it raised;
+--   admit_state  the SQLSTATE the admission raised (KGC01, KGS01, KGP01, ...), else NULL.
+-- A refused or failed admission leaves the redemption in place: the request keeps its captured
+-- generation and simply gets no admitted work from this call.  A failed redemption raises and
+-- admits nothing.
 CREATE OR REPLACE FUNCTION memory_redeem_admit(
     p_jti TEXT, p_expires_at TIMESTAMPTZ,
     p_issuer TEXT, p_subject TEXT, p_namespace TEXT, p_agent TEXT, p_kind TEXT, p_room TEXT,
@@ -585,6 +591,15 @@ BEGIN
 END
 $$;
 
+-- The bound calls of a request (kagent mode): each takes the request's `jti` and serves only
+-- its redemption, checked in the operation's own transaction before the fence
+-- (memory_redeemed_generation):
+--   KGJ03 request_not_redeemed  no redemption of this `jti` by this login, for another scope,
+--         past work_until, or a generation other than the one captured -- an answer that depends
+--         only on the redemption, never on the scope's current generation;
+--   KGC01 consent_required      the redemption captured no generation;
+-- then the operation itself, as its unbound twin (memory_admit, memory_save, memory_search,
+-- memory_search_many, memory_forget) with its own fence (KGS01 when consent has moved on).
 CREATE OR REPLACE FUNCTION memory_admit_bound(
     p_jti TEXT,
     p_issuer TEXT, p_subject TEXT, p_namespace TEXT, p_agent TEXT, p_kind TEXT, p_room TEXT,
@@ -738,12 +753,11 @@ BEGIN
 END
 $$;
 
--- XXX merge
--- C1: explicit, purpose-specific, versioned consent.  Same purpose + version on a valid consent
--- renews it (same generation); anything else needs a withdrawal first.  Enabling always
--- advances the generation, so work admitted under an earlier consent can never resume, and
--- starts from an empty scope.
--- C1 as in 000005; the limits recorded are the registered policy's, never the caller's.
+-- C1: explicit, purpose-specific, versioned consent under a registered policy the operator
+-- allows for the agent (KGP01 otherwise); the limits recorded are the policy's, never the
+-- caller's.  Same purpose + version on a valid consent renews it (same generation); anything
+-- else needs a withdrawal first.  Enabling always advances the generation, so work admitted
+-- under an earlier consent can never resume, and starts from an empty scope.
 CREATE OR REPLACE FUNCTION memory_grant(
     p_issuer TEXT, p_subject TEXT, p_namespace TEXT, p_agent TEXT, p_kind TEXT, p_room TEXT,
     p_purpose TEXT, p_policy_version TEXT, p_embedding_dimension INTEGER,
@@ -831,11 +845,9 @@ BEGIN
 END
 $$;
 
--- XXX merge
 -- The generation a request captures at admission: NULL unless enabled, unexpired, consented
 -- under the caller's policy version, and for the request's classification and output audience
--- (ADR decision 6; each checked when given -- the runtime passes the verified assertion's).
--- As 000005, but the classification and output audience are always checked: NULL is refused.
+-- (ADR decision 6), which are always checked: NULL is refused (22023), never read as "no check".
 CREATE OR REPLACE FUNCTION memory_generation(
     p_issuer TEXT, p_subject TEXT, p_namespace TEXT, p_agent TEXT, p_kind TEXT, p_room TEXT,
     p_policy_version TEXT, p_classification TEXT, p_output_audience TEXT[])
@@ -933,10 +945,26 @@ BEGIN
 END
 $$;
 
--- XXX merge
--- U4/C4 step 1 of a withdrawal: disable and advance the generation, marking the erasure as
--- pending until it is verified.  Committed on its own, before any delete.
--- U4/C4 step 1 of a withdrawal (000005), lock-bounded.
+-- No caller can hold a withdrawal hostage.  Every erasure-side entry point -- memory_disable,
+-- memory_clear, memory_verify_erasure, memory_disable_principal, memory_purge_principal and
+-- memory_sweep -- finishes within a bound whatever another session of a governed login (a
+-- member of kagent_memory_service, kagent_memory_runtime or kagent_memory_bridge) does: an
+-- open transaction after a governed call, `pg_sleep` inside the same statement, its own
+-- statement_timeout / idle_in_transaction_session_timeout / transaction_timeout /
+-- lock_timeout set to 0.  How: each function first takes every row lock its body needs (the
+-- "lock prelude") with a function-level `lock_timeout` of 1 s.  On lock_not_available (55P03)
+-- it records the governed-login backends holding a lock on a governed table
+-- (memory_lock_holders), waits once more (1 s), and on a second timeout ends the backends of
+-- that list still in the SAME transaction (memory_end_blockers) and tries a third and last
+-- time (1 s).  Never ended: this backend, the owner (and any login with the owner's
+-- privileges), superusers, and every login that is not a member of one of those three roles.
+-- Then the body runs with the locks held.  Bound: at most 3 s of lock wait per call, plus the
+-- work itself; a third timeout raises 55P03 (a withdrawal stays disabled with its erasure
+-- pending).  Each end is audited content-free: (scope, 'withdraw' | 'offboard' | 'sweep',
+-- 'blocker_ended', generation, number of backends ended).
+
+-- U4/C4 step 1 of a withdrawal, lock-bounded: disable and advance the generation, marking the
+-- erasure as pending until it is verified.  Committed on its own, before any delete.
 CREATE OR REPLACE FUNCTION memory_disable(
     p_issuer TEXT, p_subject TEXT, p_namespace TEXT, p_agent TEXT, p_kind TEXT, p_room TEXT)
 RETURNS TABLE (scope_id UUID, generation BIGINT)
@@ -977,12 +1005,10 @@ BEGIN
 END
 $$;
 
--- XXX merge
--- Delete every entry of a scope.  p_advance (forget_all) advances the generation in the same
--- transaction, so saves in flight under the old generation are fenced out; a withdrawal has
--- advanced it already in memory_disable.
--- Delete every entry of a scope (000005), lock-bounded: the scope row and every entry row of
--- the scope are taken first.
+-- Delete every entry of a scope, lock-bounded: the scope row and every entry row of the scope
+-- are taken first.  p_advance (forget_all) advances the generation in the same transaction, so
+-- saves in flight under the old generation are fenced out; a withdrawal has advanced it
+-- already in memory_disable.
 CREATE OR REPLACE FUNCTION memory_clear(
     p_issuer TEXT, p_subject TEXT, p_namespace TEXT, p_agent TEXT, p_kind TEXT, p_room TEXT,
     p_advance BOOLEAN)
@@ -1033,13 +1059,12 @@ BEGIN
 END
 $$;
 
--- XXX merge
--- B5 read-after-delete verification, in a new transaction after the delete committed.  Counts
--- rows written under a generation older than p_generation (or the one entry) that are still
--- readable through memory_readable or still physically present.  Zero: records the verified
--- erasure (and, for a complete erasure, clears the pending marker).  Otherwise the scope is
--- disabled with failure_reason = verification_failed (C5) and verified_at is NULL.
--- B5 read-after-delete verification (000005), lock-bounded on the scope row.
+-- B5 read-after-delete verification, in a new transaction after the delete committed,
+-- lock-bounded on the scope row.  Counts rows written under a generation older than
+-- p_generation (or the one entry) that are still readable through memory_readable or still
+-- physically present.  Zero: records the verified erasure (and, for a complete erasure, clears
+-- the pending marker).  Otherwise the scope is disabled with failure_reason =
+-- verification_failed (C5) and verified_at is NULL.
 CREATE OR REPLACE FUNCTION memory_verify_erasure(
     p_issuer TEXT, p_subject TEXT, p_namespace TEXT, p_agent TEXT, p_kind TEXT, p_room TEXT,
     p_generation BIGINT, p_entry_id UUID, p_complete BOOLEAN)
@@ -1113,10 +1138,9 @@ BEGIN
 END
 $$;
 
--- XXX merge
--- C5: a content-free failure (a reason code) on a scope that stays disabled.
--- The withdrawal's last resort: it waits for the scope row within the same bound as the
--- other withdrawal steps (nothing is ended for it; the erasure stays pending).
+-- C5: a content-free failure (a reason code) on a scope that stays disabled.  The withdrawal's
+-- last resort: it waits for the scope row within the same 1 s bound (nothing is ended for it;
+-- the erasure stays pending).
 CREATE OR REPLACE FUNCTION memory_record_failure(
     p_issuer TEXT, p_subject TEXT, p_namespace TEXT, p_agent TEXT, p_kind TEXT, p_room TEXT,
     p_reason TEXT)
@@ -1233,6 +1257,7 @@ BEGIN
 END
 $$;
 
+-- Allow a registered policy for every agent (NULL namespace), a namespace or one agent.
 CREATE OR REPLACE FUNCTION memory_allow_policy(p_version TEXT, p_namespace TEXT, p_agent TEXT)
 RETURNS void
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT AS $$
@@ -1248,6 +1273,7 @@ BEGIN
 END
 $$;
 
+-- Withdraw such an allowance; returns how many were removed.  Consents keep their policy.
 CREATE OR REPLACE FUNCTION memory_disallow_policy(p_version TEXT, p_namespace TEXT, p_agent TEXT)
 RETURNS BIGINT
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT AS $$
@@ -1265,6 +1291,8 @@ BEGIN
 END
 $$;
 
+-- Register an existing login as the runtime of one agent: it may redeem only requests the
+-- bridge recorded for that agent.
 CREATE OR REPLACE FUNCTION memory_register_runtime(p_login TEXT, p_namespace TEXT, p_agent TEXT)
 RETURNS void
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT AS $$
@@ -1282,6 +1310,8 @@ BEGIN
 END
 $$;
 
+-- Register an existing login as a verifier (the kagent controller's): it checks the bridge's
+-- signatures itself and may redeem requests nobody recorded.
 CREATE OR REPLACE FUNCTION memory_register_verifier(p_login TEXT) RETURNS void
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT AS $$
 BEGIN
@@ -1292,6 +1322,7 @@ BEGIN
 END
 $$;
 
+-- Remove every runtime and verifier registration of a login; returns how many.
 CREATE OR REPLACE FUNCTION memory_unregister_login(p_login TEXT) RETURNS BIGINT
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT AS $$
 DECLARE
@@ -1308,11 +1339,9 @@ BEGIN
 END
 $$;
 
--- XXX merge
--- L2 step 1: block the principal's grants and disable every scope of the principal in one
--- transaction, before any clearing.
--- L2 step 1 (000005), lock-bounded: the principal's lock row, its block row and every scope
--- row of the principal are taken first.
+-- L2 step 1, lock-bounded: block the principal's grants and disable every scope of the
+-- principal in one transaction, before any clearing.  The principal's lock row, its block row
+-- and every scope row of the principal are taken first.
 CREATE OR REPLACE FUNCTION memory_disable_principal(p_issuer TEXT, p_subject TEXT)
 RETURNS TABLE (scope_id UUID, agent_namespace TEXT, agent_name TEXT, scope_kind TEXT,
                room_id TEXT, generation BIGINT)
@@ -1366,12 +1395,11 @@ BEGIN
 END
 $$;
 
--- XXX merge
--- L2 last step: once every scope of an offboarded principal is cleared and verified, its scope
--- rows (the only rows that name the principal and its rooms) are deleted.  Scopes with an
--- unverified erasure or rows left are kept, and counted, for the next offboarding run.  Content-
--- free evidence stays in memory_audit, keyed by the scopes' random ids.
--- L2 last step (000005), lock-bounded: every scope row of the principal is taken first.
+-- L2 last step, lock-bounded (every scope row of the principal is taken first): once every
+-- scope of an offboarded principal is cleared and verified, its scope rows (the only rows that
+-- name the principal and its rooms) are deleted.  Scopes with an unverified erasure or rows
+-- left are kept, and counted, for the next offboarding run.  Content-free evidence stays in
+-- memory_audit, keyed by the scopes' random ids.
 CREATE OR REPLACE FUNCTION memory_purge_principal(p_issuer TEXT, p_subject TEXT)
 RETURNS TABLE (purged BIGINT, kept BIGINT)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT SET lock_timeout = '1s' AS $$
@@ -1441,16 +1469,13 @@ BEGIN
 END
 $$;
 
--- XXX merge
 -- L3: physical deletion of expired rows, scope by scope through the same row-level security
--- binding (no bypass policy exists); then audit rows past their 400-day retention (000004) and
--- admission buckets idle for a day (full again by then, so dropping one changes no decision).
--- One sweep at a time across replicas: a second concurrent call returns 0 at once.  Idempotent.
--- memory_sweep (000007) also forgets redeemed assertions once they can no longer verify.
--- L3 sweep (000008), lock-bounded: the one-sweep-at-a-time lock (the config row) is waited for
--- within the bound instead of skipped at once, so a session holding it cannot stop every
--- sweep; rows another transaction holds (entries, buckets, ledger rows) are skipped and left
--- for the next sweep, never waited for.
+-- binding (no bypass policy exists); then audit rows past their 400-day retention, admission
+-- buckets idle for a day (full again by then, so dropping one changes no decision) and
+-- redeemed assertions once they can no longer verify.  One sweep at a time across replicas:
+-- the lock (the config row) is waited for within the 1 s bound, and a call that does not get
+-- it returns 0.  Rows another transaction holds (entries, buckets, ledger rows) are skipped and
+-- left for the next sweep, never waited for.  Idempotent.
 CREATE OR REPLACE FUNCTION memory_sweep() RETURNS BIGINT
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT SET lock_timeout = '1s' AS $$
 DECLARE
@@ -1502,6 +1527,11 @@ BEGIN
 END
 $$;
 
+-- Operator evidence (SPEC L3, U5): content-free aggregates over every scope and the store
+-- invariants `verify` checks, counted scope by scope through the same row-level security
+-- binding as every other read.  expired_overdue counts rows expired more than 24 hours ago and
+-- still stored (ADR decision 27: physical deletion within 24 hours); overdue_scope_ids names up
+-- to 100 such scopes (random UUIDs).
 CREATE OR REPLACE FUNCTION memory_store_report()
 RETURNS TABLE (scopes BIGINT, scopes_enabled BIGINT, scopes_failed BIGINT,
                entries_live BIGINT, entries_expired BIGINT, expired_readable BIGINT,
@@ -1573,6 +1603,13 @@ $$;
 -- Runtime grants on kagent main (kagent_memory_grants)
 -- ===============================================================================================
 
+-- Store a grant that expires 10 minutes after the statement: the caller cannot choose or
+-- extend the lifetime, and a hash already stored (live, expired or revoked) is refused (KGG01
+-- grant_exists), so a revoked grant never comes back.  A hash or assertion hash that is not
+-- exactly 32 bytes, a NULL, an empty or oversized name, a UID that is not a UUID: 22023.  Each
+-- mint also deletes grants expired for more than a day (the day keeps a late duplicate
+-- refused), so the table stays small without a sweeper.  Times here are statement_timestamp(),
+-- and memory_guard() refuses an old transaction (KGX01): none can resolve a grant as of its start.
 CREATE OR REPLACE FUNCTION memory_grant_mint(
     p_grant_hash BYTEA, p_namespace TEXT, p_agent TEXT, p_sandbox_agent_uid TEXT,
     p_actor_id TEXT, p_assertion_hash BYTEA)
@@ -1606,6 +1643,7 @@ BEGIN
 END
 $$;
 
+-- The grant's binding (one row) only while it is unexpired and unrevoked, otherwise no row.
 CREATE OR REPLACE FUNCTION memory_grant_resolve(p_grant_hash BYTEA)
 RETURNS TABLE (agent_namespace TEXT, agent_name TEXT, sandbox_agent_uid UUID, actor_id TEXT,
                assertion_hash BYTEA, expires_at TIMESTAMPTZ)
@@ -1621,6 +1659,7 @@ BEGIN
 END
 $$;
 
+-- Idempotent: whether a live grant was revoked.
 CREATE OR REPLACE FUNCTION memory_grant_revoke(p_grant_hash BYTEA) RETURNS BOOLEAN
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT AS $$
 BEGIN
@@ -1639,14 +1678,7 @@ $$;
 -- Unbound runtime calls (kagent_memory_service only, deprecated)
 -- ===============================================================================================
 
--- XXX merge
--- After the fence for the typed key (p_generation under p_policy_version, as in memory_save),
--- consume p_costs[i] from every bucket p_buckets[i] (capacity p_capacities[i], refilled by
--- p_refill[i] tokens every p_period_seconds[i], at most a day: the sweep drops buckets idle for
--- a day, which are full again by then) all-or-nothing.  Returns 0 when admitted,
--- else the 1-based index of the first bucket that refused (nothing is consumed then).
--- Buckets are locked in name order, so concurrent admissions cannot deadlock.  p_now NULL
--- means the database clock (shared by all replicas); tests pass an explicit instant.
+-- Cost admission (ADR 0023 §42, SPEC A1-A3), consulted before any model or embedding work.
 -- After the fence (as memory_save), consume p_units from the scope's hourly bucket and, when
 -- p_explicit, one explicit operation from the sender's per-minute bucket, all-or-nothing, with
 -- the capacities and refill rates of the scope's recorded policy.  Returns 0 when admitted,
@@ -1725,11 +1757,10 @@ BEGIN
 END
 $$;
 
--- XXX merge
 -- Fenced save (C3, B3, B4): all facts or none.  The insert trigger re-checks the fence under
--- the scope row lock, fixes created_at/expires_at and enforces both caps.
--- As 000005, and a fact whose NFC form equals a live entry's of the scope (or an earlier fact
--- of the same call) answers that entry and stores nothing.  The scope row is locked first, so
+-- the scope row lock, fixes created_at/expires_at and enforces both caps.  A fact whose NFC
+-- form equals a live entry's of the scope (or an earlier fact of the same call) answers that
+-- entry and stores nothing (its expiry is not extended).  The scope row is locked first, so
 -- two racing saves of one text cannot both insert it.
 CREATE OR REPLACE FUNCTION memory_save(
     p_issuer TEXT, p_subject TEXT, p_namespace TEXT, p_agent TEXT, p_kind TEXT, p_room TEXT,
@@ -1819,7 +1850,14 @@ BEGIN
 END
 $$;
 
--- As 000010, and no more query vectors than the scope's policy prefetches.
+-- Prefetch in one round trip: up to the scope's policy's prefetch_max_subqueries query vectors
+-- (at most 8) for one scope in one statement.  The scope is fenced once (guard, fence,
+-- dimension check, RLS binding), then each query ordinal gets exactly what memory_search would
+-- return for it: cosine top-p_limit among the scope's readable rows (read-time expiry before
+-- the LIMIT, through memory_readable), ordered by distance then id, with the fence repeated
+-- inside the read's own snapshot.  Rows are tagged with the 1-based ordinal of their query
+-- vector in p_embeddings.  22023 for a limit outside 1..50 or no, NULL, too many or
+-- multi-dimensional query vectors; 22000 for a vector of another dimension than the consent's.
 CREATE OR REPLACE FUNCTION memory_search_many(
     p_issuer TEXT, p_subject TEXT, p_namespace TEXT, p_agent TEXT, p_kind TEXT, p_room TEXT,
     p_generation BIGINT, p_policy_version TEXT, p_embeddings vector[], p_limit INTEGER)
@@ -1975,6 +2013,7 @@ BEGIN
 END
 $$;
 
+-- One content-free audit row: scope id, operation, outcome, generation, count.
 CREATE OR REPLACE FUNCTION memory_audit_write(
     p_scope UUID, p_operation TEXT, p_outcome TEXT, p_generation BIGINT, p_count BIGINT)
 RETURNS void
@@ -1983,10 +2022,9 @@ LANGUAGE sql VOLATILE AS $$
     VALUES (p_scope, p_operation, p_outcome, p_generation, p_count)
 $$;
 
--- XXX merge
--- The generation a bound call may use: the one its redemption captured (see the top).
--- p_generation NULL (forget, which sends none) accepts the captured one, NULL included.
--- As 000011, and only for the login that redeemed the request.
+-- The generation a bound call may use: the one its redemption captured, only for the login
+-- that redeemed the request (KGJ03 otherwise).  p_generation NULL (forget, which sends none)
+-- accepts the captured one, NULL included.
 CREATE OR REPLACE FUNCTION memory_redeemed_generation(
     p_jti TEXT, p_issuer TEXT, p_subject TEXT, p_namespace TEXT, p_agent TEXT, p_kind TEXT,
     p_room TEXT, p_generation BIGINT)
