@@ -46,7 +46,7 @@ from kagent_governed_memory import migrate
 from kagent_governed_memory._embedded import EmbeddedPostgres
 
 ROOT = Path(__file__).resolve().parent.parent
-M12 = ROOT / "kagent_governed_memory/sql/migrations/000012_governed_memory_roles_policies.up.sql"
+M12 = ROOT / "kagent_governed_memory/sql/migrations/000015_governed_memory_baseline.up.sql"
 LOCAL = "example.org"
 VERSION = "adr0023-prototype-1"
 DIM = 768

@@ -77,9 +77,9 @@ SELECT pg_catalog.set_config('search_path', pg_catalog.concat_ws(', ',
              WHERE e.extname = 'vector'),
            'pg_temp'), true);
 
--- =================================================================================================
+-- ===============================================================================================
 -- Roles
--- =================================================================================================
+-- ===============================================================================================
 
 -- The governed roles, each with USAGE on this schema (PUBLIC has it on `public` by default; a
 -- dedicated schema must grant it).  Created when missing, if the migrating role may create roles.
@@ -125,9 +125,9 @@ BEGIN
 END
 $$;
 
--- =================================================================================================
+-- ===============================================================================================
 -- Tables
--- =================================================================================================
+-- ===============================================================================================
 
 -- One row per typed scope key (S4): principal (issuer + subject), exact agent, scope.
 -- A principal is named by the identity system that issued it and its subject there, so another
@@ -393,7 +393,8 @@ CREATE TABLE IF NOT EXISTS memory_request (
 CREATE INDEX IF NOT EXISTS idx_memory_request_forget_at ON memory_request (forget_at);
 
 -- Runtime logins the operator registered for an agent (memory_register_runtime), and logins
--- that verify the bridge's signatures themselves, the kagent controller's (memory_register_verifier).
+-- that verify the bridge's signatures themselves, the kagent controller's
+-- (memory_register_verifier).
 CREATE TABLE IF NOT EXISTS memory_runtime_login (
     login           TEXT NOT NULL,
     agent_namespace TEXT NOT NULL,
@@ -431,7 +432,7 @@ CREATE TABLE IF NOT EXISTS memory_runtime_grant (
 CREATE INDEX IF NOT EXISTS idx_memory_runtime_grant_expires_at ON memory_runtime_grant (expires_at);
 
 -- ===============================================================================================
--- Every governed role
+-- Every governed role (runtime, bridge, operator and the deprecated service; not grants)
 -- ===============================================================================================
 
 -- The governed schema's version (this file's: 15), readable by every governed role (none can
@@ -466,7 +467,7 @@ $$;
 
 
 -- ===============================================================================================
--- An agent's runtime (kagent_memory_runtime)
+-- An agent's runtime (kagent_memory_runtime; also the deprecated kagent_memory_service)
 -- ===============================================================================================
 
 -- Redeem one verified assertion and return the generation the request captures (as
@@ -715,7 +716,8 @@ $$;
 
 
 -- ===============================================================================================
--- The bridge (kagent_memory_bridge)
+-- The bridge (kagent_memory_bridge; also the deprecated kagent_memory_service; the withdrawal
+-- steps memory_clear, memory_verify_erasure, memory_record_failure also kagent_memory_operator)
 -- ===============================================================================================
 
 -- The bridge records a request it relays (one round trip per request).
@@ -1163,7 +1165,8 @@ $$;
 
 
 -- ===============================================================================================
--- The operator (kagent_memory_operator)
+-- The operator (kagent_memory_operator; memory_configure, memory_sweep, memory_store_report also
+-- the deprecated kagent_memory_service)
 -- ===============================================================================================
 
 -- S5 configuration: the local homeserver is set once (by the first store that opens, or by the
@@ -1600,7 +1603,7 @@ $$;
 
 
 -- ===============================================================================================
--- Runtime grants on kagent main (kagent_memory_grants)
+-- Runtime grants on kagent main (kagent_memory_grants only)
 -- ===============================================================================================
 
 -- Store a grant that expires 10 minutes after the statement: the caller cannot choose or
@@ -2120,7 +2123,7 @@ $$;
 
 
 -- ===============================================================================================
--- Owner only: trigger functions
+-- Owner only: trigger functions and their triggers
 -- ===============================================================================================
 
 -- B3: a stored row is immutable, also for the table owner (triggers are not bypassed by
@@ -2242,9 +2245,9 @@ CREATE OR REPLACE TRIGGER memory_policy_immutable
     BEFORE UPDATE OR DELETE ON memory_policy
     FOR EACH ROW EXECUTE FUNCTION memory_policy_immutable();
 
--- =================================================================================================
+-- ===============================================================================================
 -- Privileges and row-level security
--- =================================================================================================
+-- ===============================================================================================
 
 -- Nobody but the owner touches a table or the sequence.
 REVOKE ALL ON memory_scope, memory_entry, memory_audit, memory_config, memory_principal_block,
@@ -2438,9 +2441,9 @@ BEGIN
 END
 $$;
 
--- =================================================================================================
+-- ===============================================================================================
 -- Rows
--- =================================================================================================
+-- ===============================================================================================
 
 -- The configuration singleton (the local homeserver is set later, by memory_configure).
 INSERT INTO memory_config (singleton) VALUES (true) ON CONFLICT DO NOTHING;
