@@ -20,6 +20,9 @@ _DEFAULT_HINT: dict[ReasonCode, str] = {
     ReasonCode.STORE_UNAVAILABLE: "the database could not be reached; retry later",
     ReasonCode.SCHEMA_OUTDATED: "the governed schema is missing or old; run "
     "`kagent-governed-memory migrate --dsn <owner DSN>` (or migrate(owner_dsn))",
+    ReasonCode.SCHEMA_BEFORE_BASELINE: "the database holds governed migrations older than the "
+    "000015 baseline, which no release shipped: bring it to 000015 with the development "
+    "version that wrote them, or drop its governed objects and migrate again",
     ReasonCode.CONSENT_POLICY_CHANGED: "consent was given under another policy version; "
     "the subject must consent again (withdraw, then grant)",
     ReasonCode.PRINCIPAL_OFFBOARDED: "the principal was offboarded; an operator must lift the "

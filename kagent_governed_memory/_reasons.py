@@ -96,6 +96,7 @@ class ReasonCode(StrEnum):
     STORE_UNAVAILABLE = "store_unavailable"
     DATABASE_ERROR = "database_error"
     SCHEMA_OUTDATED = "schema_outdated"
+    SCHEMA_BEFORE_BASELINE = "schema_before_baseline"
     # database roles and configuration
     LOGIN_REFUSED = "login_refused"
     PERMISSION_DENIED = "permission_denied"

@@ -13,7 +13,7 @@ from typing import Any
 
 import psycopg
 
-from ..errors import GovernanceError, from_database_error
+from ..errors import GovernanceError, ReasonCode, from_database_error
 from . import _sql
 from ._logpin import pinned_dsn
 
@@ -27,6 +27,9 @@ OPERATOR_ROLE = "kagent_memory_operator"
 _MIGRATION_LOCK = 0x6B676D_0023  # pg_advisory_xact_lock key: "kgm" + ADR number
 _MIGRATIONS_TABLE = "governed_memory_schema_migrations"
 LATEST_VERSION = max(m.version for m in _sql.migrations())
+# The first packaged migration, the one-file baseline (000015), replaced 000004-000015: a
+# database they brought to 000015 is at it; one they left earlier is refused.
+_BASELINE_VERSION = min(m.version for m in _sql.migrations())
 
 
 async def apply_migrations(conn: psycopg.AsyncConnection[Any], local_server: str | None) -> list[int]:
@@ -43,6 +46,10 @@ async def apply_migrations(conn: psycopg.AsyncConnection[Any], local_server: str
         await conn.execute(f"REVOKE ALL ON {_MIGRATIONS_TABLE} FROM PUBLIC")
         cur = await conn.execute(f"SELECT version FROM {_MIGRATIONS_TABLE}")
         done = {row[0] for row in await cur.fetchall()}
+        before = [v for v in done if v < _BASELINE_VERSION]
+        if before and _BASELINE_VERSION not in done:
+            raise GovernanceError(ReasonCode.SCHEMA_BEFORE_BASELINE, operation="migrate",
+                                  version=max(before), baseline=_BASELINE_VERSION)
         for m in _sql.migrations():
             if m.version in done:
                 continue

@@ -31,6 +31,7 @@ Nothing else changes.  Two more library files are carried by later patches of th
 Stdlib only.  Usage::
 
     scripts/series sync-sql --series main --tree /path/to/kagent   # write the files
+    scripts/series sync-sql --series main --write                   # rewrite the patches
     scripts/series sync-sql --series main --check                   # compare with the patches
 """
 
@@ -38,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -119,11 +121,49 @@ def carried(sql_dir: Path, vectors: Path = base.DEFAULT_VECTORS) -> dict[Path, d
             QUERIES_PATCH: {QUERIES_PATH: queries}}
 
 
+def _patch_id(path: Path) -> str:
+    done = subprocess.run(["git", "patch-id", "--stable"], stdin=path.open("rb"),
+                          capture_output=True, check=True)
+    return done.stdout.decode().split()[0]
+
+
+def write_patches(patches: dict[Path, dict[str, str]]) -> list[Path]:
+    """Rewrite the carried files' sections of the patches in place, as sync_patch_sql.py does
+    for v0.9.11 (hunks, ``index`` ids, diffstat), and every ``prerequisite-patch-id`` line of
+    the series that named a rewritten patch's old id."""
+    renamed: dict[str, str] = {}
+    written = []
+    for patch_path, files in patches.items():
+        patch = base.parse_patch(patch_path)
+        if not set(files) <= {s.path for s in patch.sections}:
+            raise base.PatchError(f"{patch_path.name}: does not carry {sorted(files)}")
+        sections = [base.new_file_section(s.path, files[s.path].encode("utf-8"), s)
+                    if s.path in files else s for s in patch.sections]
+        text = base.Patch(patch_path, patch.preamble, base.render_stat(sections), sections,
+                          patch.trailer).render()
+        if text != patch.render():
+            old = _patch_id(patch_path)
+            patch_path.write_bytes(text.encode("utf-8"))
+            renamed[old] = _patch_id(patch_path)
+            written.append(patch_path)
+    for other in sorted(PATCHES.glob("*.patch")):
+        text = other.read_text(encoding="utf-8")
+        fresh = re.sub(r"^prerequisite-patch-id: ([0-9a-f]{40})$",
+                       lambda m: f"prerequisite-patch-id: {renamed.get(m.group(1), m.group(1))}",
+                       text, flags=re.M)
+        if fresh != text:
+            other.write_bytes(fresh.encode("utf-8"))
+            written.append(other)
+    return written
+
+
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     ap = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
     ap.add_argument("--sql-dir", type=Path, default=base.DEFAULT_SQL_DIR)
     ap.add_argument("--tree", type=Path, help="a kagent work tree: write the files there")
     ap.add_argument("--check", action="store_true", help="compare with the patch; exit 1")
+    ap.add_argument("--write", action="store_true",
+                    help="rewrite the patches' carried files (and prerequisite-patch-id lines)")
     args = ap.parse_args(argv)
     try:
         patches = carried(args.sql_dir)
@@ -133,6 +173,9 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
                     (args.tree / path).parent.mkdir(parents=True, exist_ok=True)
                     (args.tree / path).write_text(text, encoding="utf-8")
                     print(f"sync_patch_sql_main: wrote {path}")
+        if args.write:
+            for path in write_patches(patches):
+                print(f"sync_patch_sql_main: rewrote {path.name}")
         if args.check:
             bad = []
             for patch_path, files in patches.items():

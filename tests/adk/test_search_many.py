@@ -181,33 +181,31 @@ async def test_only_the_service_role_may_execute(store, database):
     assert await store.search_many(key, gen, [vec("tea")])
 
 
-async def test_down_of_10_removes_it(store, database):
-    from kagent_governed_memory import store as governed_sql
+async def test_down_of_the_baseline_removes_it_and_up_restores_it(store, database):
+    """memory_search_many came with migration 000010, now part of the one baseline: its down
+    removes the function, its up restores it with the embedding kept in the row."""
+    from support.settings import LOCAL
 
-    assert await store.schema_version() == governed_sql.migrations()[-1].version >= 10
-    m = next(m for m in governed_sql.migrations() if m.version == 10)
-    later = [m for m in governed_sql.migrations() if m.version > 10]
+    from kagent_governed_memory import store as governed_sql
+    from kagent_governed_memory.store import migrate
+
+    assert await store.schema_version() == governedgoverned_sql.migrations()[-1].version >= 15
+    storage = ("SELECT a.attstorage FROM pg_attribute a"
+               " WHERE a.attrelid = 'memory_entry'::regclass AND a.attname = 'embedding'")
     with psycopg.connect(database.owner_dsn, autocommit=True) as conn:
+        assert conn.execute(storage).fetchone()[0] == "m"  # STORAGE MAIN: in the row
         with conn.transaction():
-            for newer in reversed(later):
-                conn.execute(newer.down)
-            conn.execute(m.down)
-            conn.execute("RESET search_path")
+            for m in reversed(governed_sql.migrations()):
+                conn.execute(m.down)
+            conn.execute("DELETE FROM governed_memory_schema_migrations")
             assert conn.execute("SELECT to_regprocedure(%s)", [SIGNATURE]).fetchone()[0] is None
-            assert conn.execute("SELECT memory_schema_version()").fetchone()[0] == 9
-            # the embedding's storage is the type's own again (pgvector: EXTERNAL)
-            assert conn.execute(
-                "SELECT a.attstorage = t.typstorage AND t.typstorage = 'e'"
-                "  FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid"
-                " WHERE a.attrelid = 'memory_entry'::regclass AND a.attname = 'embedding'"
-            ).fetchone()[0]
-            conn.execute(m.up)
-            conn.execute("RESET search_path")
-            assert conn.execute("SELECT memory_schema_version()").fetchone()[0] == 10
-            for newer in later:
-                conn.execute(newer.up)
-                conn.execute("RESET search_path")
-        assert conn.execute("SELECT memory_schema_version()").fetchone()[0] == m.version + len(later)
+    assert await migrate(database.owner_dsn, local_server=LOCAL) == [
+        m.version for m in governed_sql.migrations()]
+    with psycopg.connect(database.owner_dsn, autocommit=True) as conn:
+        assert conn.execute("SELECT to_regprocedure(%s)", [SIGNATURE]).fetchone()[0] is not None
+        assert conn.execute(storage).fetchone()[0] == "m"
+        assert conn.execute("SELECT memory_schema_version()").fetchone()[0] == \
+            governed_sql.migrations()[-1].version
     assert await store.search_many(*(await _scope(store)), [vec("tea")])
 
 

@@ -34,7 +34,7 @@ async def test_migrate_is_idempotent_and_recorded(database):
             await store.migrate()
         assert err.value.reason is ReasonCode.SCHEMA_OUTDATED
         first = await migrate(database.owner_dsn, local_server=LOCAL)
-        assert first == [m.version for m in governed_sql.migrations()] and first[0] == 4
+        assert first == [m.version for m in governed_sql.migrations()] and first[0] == 15  # the baseline
         assert await migrate(database.owner_dsn) == []
         assert await store.migrate() == []  # current: nothing to do, no privilege needed
         assert await store.schema_version() == first[-1]

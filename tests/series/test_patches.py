@@ -157,7 +157,7 @@ def test_patch_sql_matches_the_library():
 def test_check_fails_when_the_library_changes(tmp_path):
     sql = tmp_path / "sql"
     shutil.copytree(SQL_DIR, sql)
-    target = sql / "migrations" / "000005_governed_memory_functions.up.sql"
+    target = sql / "migrations" / "000015_governed_memory_baseline.up.sql"
     target.write_text(target.read_text() + "-- a later change\n")
     result = run_script("--check", "--sql-dir", str(sql))
     assert result.returncode == 1
@@ -211,7 +211,7 @@ def test_rewrite_regenerates_hunks_and_leaves_the_rest(tmp_path):
     before = {p.name: p.read_bytes() for p in patches.glob("*.patch")}
     up = sps.MIGRATIONS_PREFIX + sps.BASELINE + ".up.sql"
     old_lines = len(carried_migrations()[1]["up"].splitlines())
-    grown = sql / "migrations" / "000005_governed_memory_functions.up.sql"
+    grown = sql / "migrations" / "000015_governed_memory_baseline.up.sql"
     grown.write_text(grown.read_text() + "".join(f"-- line {i}\n" for i in range(40)))
     queries = sql / "queries.sql"
     queries.write_text(queries.read_text() + "\n-- name: Extra :one\nSELECT 1;\n")
