@@ -189,7 +189,7 @@ async def test_down_of_the_baseline_removes_it_and_up_restores_it(store, databas
     from kagent_governed_memory import store as governed_sql
     from kagent_governed_memory.store import migrate
 
-    assert await store.schema_version() == governedgoverned_sql.migrations()[-1].version >= 15
+    assert await store.schema_version() == governed_sql.migrations()[-1].version >= 15
     storage = ("SELECT a.attstorage FROM pg_attribute a"
                " WHERE a.attrelid = 'memory_entry'::regclass AND a.attname = 'embedding'")
     with psycopg.connect(database.owner_dsn, autocommit=True) as conn:

@@ -2,7 +2,7 @@
 
 ``kagent_governed_memory/sql/migrations/000015_governed_memory_baseline.up.sql`` replaced the
 twelve migrations 000004-000015, which are kept here as the frozen history
-(``tests/schema_history/``).  Two private clusters of the session's PostgreSQL (the embedded
+(``tests/support/schema_history/``).  Two private clusters of the session's PostgreSQL (the embedded
 wheel's binaries) are built the two ways, each from nothing, by an owner that may create roles
 (so the migrations create the governed roles themselves), and compared:
 
@@ -35,11 +35,11 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from kagent_governed_memory._embedded import pg_bin_dir, pg_ctl_executable
+from kagent_governed_memory.dev import pg_bin_dir, pg_ctl_executable
 from kagent_governed_memory.errors import GovernanceError
-from kagent_governed_memory.migrations import migrate
+from kagent_governed_memory.store import migrate
 
-HISTORY = Path(__file__).resolve().parent / "schema_history"
+HISTORY = Path(__file__).resolve().parents[1] / "support" / "schema_history"
 OWNER = "kgm_owner"
 DATABASE = "kgm"
 # as kagent_governed_memory/migrations.py makes it before the first migration
