@@ -272,6 +272,9 @@ class DevBridge:
             if reply.purpose:
                 words.append(reply.purpose)
             return f"confirm with: {' '.join(words)} {reply.token}"
+        if isinstance(reply, Notice) and reply.reason is ReasonCode.UNKNOWN_AGENT:
+            return (f"refused: unknown_agent: this bridge serves {name} "
+                    f"(!memory on {name} <purpose>)")
         if isinstance(reply, Notice):
             return f"refused: {reply.reason.value}"
         return "refused: command_invalid"
