@@ -16,7 +16,7 @@ from pathlib import Path
 
 import kagent_governed_memory
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = next(p for p in Path(__file__).resolve().parents if (p / "pyproject.toml").is_file())
 DOCS = REPO / "docs"
 PACKAGE = Path(kagent_governed_memory.__file__).resolve().parent
 MACHINE_PATH = re.compile(r"(?<![\w.])/(?:work|tmp|root|home)/")

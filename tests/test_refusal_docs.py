@@ -16,7 +16,7 @@ import pytest
 import kagent_governed_memory
 from kagent_governed_memory import ReasonCode
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = next(p for p in Path(__file__).resolve().parents if (p / "pyproject.toml").is_file())
 REFUSALS = (REPO / "docs" / "refusals.md").read_text()
 PACKAGE = Path(kagent_governed_memory.__file__).resolve().parent
 SOURCES = {p: p.read_text() for p in sorted(PACKAGE.rglob("*.py"))}
