@@ -157,6 +157,8 @@ _FIELD_HINT: dict[str, str] = {
     "dev_bridge_kagent": "the development bridge never runs in kagent mode: unset "
     "KAGENT_MEMORY_URL, KAGENT_NAME and KAGENT_NAMESPACE (and use a kgm+postgresql URI), or use "
     "the real bridge there",
+    "dev_bridge_dsn": "KGM_DSN is not set: export KGM_DSN='<what dev-db printed>' (start one "
+    "with `kagent-governed-memory dev-db --data-dir .kgm-dev` in another terminal)",
     "dev_bridge_database": "the development bridge works only on a database "
     "`kagent-governed-memory dev-db` (or dev_database()) created: start one and use its DSNs",
     "dev_bridge_user": "the development bridge has one dev user, the first ADK user id this "
@@ -202,6 +204,13 @@ _CAUSE_HINT: dict[tuple[ReasonCode, str], str] = {
     (ReasonCode.STORE_UNAVAILABLE, "controller"): "the kagent controller could not be reached, or "
     "did not answer in time: check its URL (KAGENT_MEMORY_URL; CLI: --controller), that it runs "
     "with governed memory on and listens on that port (default 8085); retry later",
+    # an agent's identity is its Kubernetes object's (fixed text: the value is never echoed)
+    (ReasonCode.INVALID_IDENTITY, "agent_name"): "an agent's name is a Kubernetes name (DNS-1123): "
+    "lowercase letters, digits, '-' and '.', starting and ending with a letter or digit, at most "
+    "253 characters; underscores are not allowed: use '-' (trip-planner, not trip_planner)",
+    (ReasonCode.INVALID_IDENTITY, "namespace"): "a namespace is a Kubernetes namespace name "
+    "(DNS-1123 label): lowercase letters, digits and '-', starting and ending with a letter or "
+    "digit, at most 63 characters",
 }
 
 

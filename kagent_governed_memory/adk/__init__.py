@@ -1,6 +1,6 @@
 """google-adk integration: the memory service, governed tools, prefetch and auto-save.
 
-Needs google-adk, the ``adk`` extra: ``pip install 'kagent-governed-memory[adk]'``.
+Needs google-adk, the ``adk`` extra: ``pip install -e '.[adk]'``.
 """
 
 try:
@@ -10,7 +10,7 @@ except ModuleNotFoundError as missing:  # the extra is not installed
         raise
     raise ModuleNotFoundError(
         "kagent_governed_memory.adk needs google-adk, which is not installed: "
-        "pip install 'kagent-governed-memory[adk]'",
+        "pip install -e '.[adk]' in a clone (docs/install.md)",
         name=missing.name,
     ) from None
 

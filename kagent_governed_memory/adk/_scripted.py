@@ -34,7 +34,7 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised by test_packaging
     raise ImportError(
         "kagent_governed_memory.testing needs google-adk: "
-        "pip install 'kagent-governed-memory[adk]'") from exc
+        "pip install -e '.[adk]' in a clone (docs/install.md)") from exc
 from pydantic import Field, PrivateAttr
 
 from .summariser import PROMPT

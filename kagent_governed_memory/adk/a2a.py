@@ -1,6 +1,6 @@
 """Bring-your-own over A2A in one call: google-adk's A2A app with the governed per-request binding.
 
-Needs the ``a2a`` extra (``pip install 'kagent-governed-memory[a2a]'``: google-adk's own ``a2a``
+Needs the ``a2a`` extra (``pip install -e '.[a2a]'``: google-adk's own ``a2a``
 extra, the a2a-sdk server).  ``governed_a2a_app(agent, memory, public_keys=..., issuer=...)``
 returns google-adk's Starlette A2A application (``google.adk.a2a.utils.agent_to_a2a.to_a2a``)
 whose executor wraps every A2A request in ``memory_request(...)``:
@@ -43,7 +43,7 @@ except ModuleNotFoundError as missing:  # the extra is not installed
         raise
     raise ModuleNotFoundError(
         "kagent_governed_memory.adk.a2a needs google-adk's A2A support, which is not "
-        "installed: pip install 'kagent-governed-memory[a2a]'",
+        "installed: pip install -e '.[a2a]' in a clone (docs/install.md)",
         name=missing.name,
     ) from None
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey

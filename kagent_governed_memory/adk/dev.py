@@ -82,7 +82,7 @@ class DevMemory:
         if refused is None and self._env.get(DSN_ENV, "").startswith(("kgm+http", "http")):
             refused = "dev_bridge_kagent"
         if refused is None and not self._env.get(DSN_ENV):
-            refused = "dev_bridge_database"
+            refused = "dev_bridge_dsn"  # unset, not a database dev-db did not create
         return refused
 
     def _refuse(self, field: str) -> None:
@@ -94,7 +94,7 @@ class DevMemory:
     @property
     def refused(self) -> str | None:
         """Why the bridge is off (``dev_bridge_enable``, ``dev_bridge_kagent``,
-        ``dev_bridge_database``), or ``None``."""
+        ``dev_bridge_dsn``, ``dev_bridge_database``), or ``None``."""
         return self._refused
 
     async def bridge(self, memory_service: object = None) -> DevBridge | None:

@@ -83,13 +83,13 @@ async def _matrix_demo(args: argparse.Namespace) -> int:
         from ..matrix.demo import run_matrix_demo
         from ..matrix.homeserver import synapse_available
     except ModuleNotFoundError:
-        print("demo --matrix needs the matrix-demo extra: pip install "
-              "'kagent-governed-memory[matrix-demo]'", file=sys.stderr)
+        print("demo --matrix needs the matrix-demo extra: pip install -e "
+              "'.[matrix-demo]' in a clone (docs/install.md)", file=sys.stderr)
         return EXIT_FAILED
     missing = synapse_available()
     if missing is not None:
-        print(f"demo --matrix cannot start a homeserver: {missing}; pip install "
-              "'kagent-governed-memory[matrix-demo]'", file=sys.stderr)
+        print(f"demo --matrix cannot start a homeserver: {missing}; pip install -e "
+              "'.[matrix-demo]' in a clone (docs/install.md)", file=sys.stderr)
         return EXIT_FAILED
     return await run_matrix_demo(args)
 

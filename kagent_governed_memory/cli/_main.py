@@ -219,7 +219,8 @@ def _key_args(p: argparse.ArgumentParser) -> None:
 
 def _check_dsn(args: argparse.Namespace) -> None:
     if not args.dsn:
-        raise CliError(EXIT_USAGE, "invalid_argument", "no database: pass --dsn or set KGM_DSN")
+        raise CliError(EXIT_USAGE, "invalid_argument", "no database: KGM_DSN is unset and no "
+                       "--dsn given: export KGM_DSN=... or run kagent-governed-memory dev-db")
     from psycopg.conninfo import conninfo_to_dict
 
     try:

@@ -236,6 +236,9 @@ class _Lines:
         return f"confirm with: {_confirm_command(reply, self.agent)}"
 
     def notice(self, reason: ReasonCode) -> str:
+        if reason is ReasonCode.UNKNOWN_AGENT:  # name the one agent this bridge serves
+            return (f"refused: unknown_agent: this bridge serves {self.agent} "
+                    f"(!memory on {self.agent} <purpose>)")
         return f"refused: {reason.value}"
 
 

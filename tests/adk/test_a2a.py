@@ -231,7 +231,7 @@ def test_without_the_a2a_extra_the_error_says_how_to_get_it():
     done = subprocess.run([sys.executable, "-c", _WITHOUT_A2A], capture_output=True, text=True,
                           timeout=120, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "pip install 'kagent-governed-memory[a2a]'" in done.stdout, done.stdout
+    assert "pip install -e '.[a2a]'" in done.stdout, done.stdout
 
 
 async def test_the_readme_block_serves_governed_memory(database, monkeypatch):

@@ -74,7 +74,7 @@ def test_store_and_cli_work_without_google_adk_and_say_how_to_get_it() -> None:
                           timeout=60, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     lines = done.stdout.splitlines()
-    hint = "pip install 'kagent-governed-memory[adk]'"
+    hint = "pip install -e '.[adk]'"
     assert hint in lines[0] and hint in lines[1], lines[:2]
     assert "usage: kagent-governed-memory" in done.stdout
 
@@ -111,4 +111,4 @@ def test_grpc_is_an_extra_the_test_extra_pulls_and_http_mode_runs_without_it() -
     done = subprocess.run([sys.executable, "-c", _WITHOUT_GRPC], capture_output=True, text=True,
                           timeout=60, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "pip install 'kagent-governed-memory[kagent-main]'" in done.stdout
+    assert "pip install -e '.[kagent-main]'" in done.stdout
