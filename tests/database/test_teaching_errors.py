@@ -18,10 +18,7 @@ import pytest
 
 from kagent_governed_memory import AgentIdentity, InvalidIdentity, InvalidInput, ReasonCode
 
-try:  # the development tooling's own subpackage (issue 46), else the package root
-    from kagent_governed_memory.dev import DevBridge, dev_database
-except ImportError:  # pragma: no cover - before the restructure
-    from kagent_governed_memory import DevBridge, dev_database
+from kagent_governed_memory.dev import DevBridge, dev_database
 
 ME = AgentIdentity(namespace="dev", name="my-agent")
 
