@@ -15,7 +15,7 @@ The token is a compact JWS/JWT (RFC 7515/7519) signed with EdDSA over Ed25519 (R
              "ctx": <A2A context id>, "iat": <s>, "exp": <s>, "jti": <16-64 base64url chars>}
 
 Exactly these claims; ``0 < exp - iat <= 60``.  Verification, in this order (the first failure
-is the verdict; the shared test vectors in ``tests/vectors`` pin it for every verifier):
+is the verdict; the shared test vectors in ``tests/support/vectors`` pin it for every verifier):
 
 1. at most 4096 ASCII characters, three canonical unpadded base64url segments, header and
    claims JSON objects without duplicate members (or NaN/Infinity) → else ``assertion_invalid``;

@@ -5,9 +5,9 @@
 -- controller's runtime grants, the deprecated service role's unbound calls, the owner's internal
 -- helpers, the triggers), then who may do what (privileges, row-level security) and the rows
 -- this file inserts.  It replaced migrations 000004-000015, which defined functions again and
--- again; it builds exactly the catalog they built (tests/test_schema_baseline.py, against the
--- frozen history in tests/schema_history/) and keeps their last version, 15, so a database
--- they brought to 000015 is at this baseline.  Later changes are later files.
+-- again; it builds exactly the catalog they built (the library's schema test compares the two
+-- catalogs against the frozen history) and keeps their last version, 15, so a database they
+-- brought to 000015 is at this baseline.  Later changes are later files.
 --
 -- Placement: NEW TABLES BESIDE upstream kagent's `memory` table (vector track 000001-000003),
 -- not an extension of it.  Why:

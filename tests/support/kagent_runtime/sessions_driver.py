@@ -5,7 +5,7 @@ Runs inside the kagent venv (as ``driver.py``, whose harness pieces it reuses) w
 patched kagent controller compiled from the Go series, serving both its governed memory
 listener (``KGM_TEST_CONTROLLER_URL``) and kagent's own main API (``KGM_TEST_SESSIONS_URL``:
 ``/api/sessions``, ``/api/tasks`` on kagent's database client, see
-``tests/go_overlay/kagent_sessions_testserver_test.go``).  Nothing of the session path is
+``tests/support/go_overlay/kagent_sessions_testserver_test.go``).  Nothing of the session path is
 replaced: kagent's ``KAgentApp`` builds its ``KAgentSessionService`` and ``KAgentTaskStore`` on
 its own controller client (``KAGENT_URL``), the A2A executor persists the session's events and
 the task there, and the governed memory service talks to ``KAGENT_MEMORY_URL``.  The only seam
