@@ -53,7 +53,8 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import run as bench  # noqa: E402  (benchmarks/run.py: data, identities, statistics)
 
-from kagent_governed_memory.testing import pgtypes_module, validate_module  # noqa: E402
+from kagent_governed_memory.store import _pgtypes as pgtypes_module  # noqa: E402
+from kagent_governed_memory.store import _validate as validate_module  # noqa: E402
 
 _Vectors = pgtypes_module._Vectors
 _key = validate_module._key

@@ -77,7 +77,7 @@ from kagent_governed_memory import (
 from kagent_governed_memory import store as governed_sql
 from kagent_governed_memory.policy import PROTOTYPE_POLICY, MemoryPolicy
 from kagent_governed_memory.store import Admission, migrate
-from kagent_governed_memory.testing import telemetry_module as telemetry
+from kagent_governed_memory.telemetry import _spans as telemetry
 
 LOCAL = "example.org"
 NAMESPACE = "kagent"

@@ -16,7 +16,7 @@ import pytest
 from support.scopes import make_key
 
 from kagent_governed_memory import GovernedMemoryStore, dev_database
-from kagent_governed_memory.testing import embedded_module as _embedded
+from kagent_governed_memory.dev import _embedded
 from kagent_governed_memory.dev import DevDatabase, EmbeddedUnavailable
 
 PURPOSE = "personal_preferences"

@@ -36,7 +36,7 @@ from kagent_governed_memory import (
     StaleGeneration,
 )
 from kagent_governed_memory.store import PIN_OPTIONS, PINNED_LOG_SETTINGS, pinned_dsn
-from kagent_governed_memory.testing import store_module
+from kagent_governed_memory.store import _store as store_module
 from kagent_governed_memory.policy import PROTOTYPE_POLICY
 
 PURPOSE = "personal_preferences"
@@ -265,11 +265,11 @@ async def test_a_preload_library_default_cannot_lock_out_or_load_into_the_login(
 def test_every_connection_the_library_opens_is_pinned(database, monkeypatch):
     """migrate(), the login probes (store and CLI), the demo's raw-SQL probe and the dev
     database's preparation connect through pinned_dsn."""
-    from kagent_governed_memory.testing import cli_demo_module as _cli_demo
-    from kagent_governed_memory.testing import cli_module as cli
-    from kagent_governed_memory.testing import embedded_module as _embedded
-    from kagent_governed_memory.testing import migrations_module as migrations
-    from kagent_governed_memory.testing import pgtypes_module as _pgtypes
+    from kagent_governed_memory.cli import _demo as _cli_demo
+    from kagent_governed_memory.cli import _main as cli
+    from kagent_governed_memory.dev import _embedded
+    from kagent_governed_memory.store import _migrations as migrations
+    from kagent_governed_memory.store import _pgtypes
 
     seen: list[str] = []
 

@@ -37,7 +37,7 @@ from kagent_governed_memory import (
     memory_request,
 )
 from kagent_governed_memory.kagent import KagentBridgeStore
-from kagent_governed_memory.testing import answers_module as _answers  # noqa: E402
+from kagent_governed_memory.kagent import _answers  # noqa: E402
 
 GRANT = "GRANT-SENTINEL-7f3a"
 BEARER = "SA-TOKEN-SENTINEL-91c2"
@@ -141,7 +141,7 @@ async def test_a_runtime_call_without_a_grant_sends_nothing(wired: Any) -> None:
 
 def _http_error(status: int, reason: str) -> GovernanceError:
     """What the HTTP transport raises for ``{"error": reason}`` with ``status``."""
-    from kagent_governed_memory.testing import http_transport_module
+    from kagent_governed_memory.kagent import _http as http_transport_module
 
     _decode = http_transport_module._decode
 

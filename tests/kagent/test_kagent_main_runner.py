@@ -219,7 +219,7 @@ async def test_the_bridge_reads_a_generation_through_mains_generation_rpc(main: 
     Reading changes nothing."""
     from kagent_governed_memory.kagent.protos import governed_memory_pb2 as pb
     from kagent_governed_memory.kagent.protos import governed_memory_pb2_grpc as stubs
-    from kagent_governed_memory.testing import grpc_transport_module
+    from kagent_governed_memory.kagent import _grpc as grpc_transport_module
 
     _reason = grpc_transport_module._reason
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from kagent_governed_memory.kagent import KagentBridgeStore
-from kagent_governed_memory.testing import transport_module as _http
+from kagent_governed_memory.kagent import _transport as _http
 
 
 def test_default_is_the_governed_mount(monkeypatch):

@@ -31,7 +31,7 @@ def capture() -> Iterator[Captured]:
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
     from support.sentinels import ROUTER
 
-    from kagent_governed_memory.testing import telemetry_module as telemetry
+    from kagent_governed_memory.telemetry import _spans as telemetry
     from kagent_governed_memory.telemetry import install_content_free_logging
 
     if not isinstance(trace.get_tracer_provider(), TracerProvider):

@@ -20,7 +20,7 @@ import jwt
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from kagent_governed_memory.testing import assertion_module as assertion_mod
+from kagent_governed_memory.scope import _assertion as assertion_mod
 from kagent_governed_memory.scope import (
     MAX_LIFETIME,
     MAX_TOKEN_CHARS,
