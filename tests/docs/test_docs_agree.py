@@ -68,3 +68,18 @@ def test_benchmarks_is_a_reference_without_machine_paths() -> None:
         lines = [n for n, line in enumerate(path.read_text().splitlines(), 1)
                  if MACHINE_PATH.search(line)]
         assert not lines, f"{path.relative_to(REPO)}: machine paths on lines {lines}"
+
+
+def test_the_architecture_map_names_every_module_and_no_gone_one() -> None:
+    """docs/architecture.md's package map follows the layout: every module of the package (but
+    ``__init__`` and the generated stubs) is named there, and every subpackage it names exists."""
+    arch = (DOCS / "architecture.md").read_text()
+    modules = [p for p in PACKAGE.rglob("*.py") if "_proto" not in p.parts
+               and p.stem != "__init__"]
+    missing = sorted(str(p.relative_to(PACKAGE)) for p in modules
+                     if not re.search(rf"`{re.escape(p.stem)}(?:`|[ :(.])|{re.escape(p.name)}",
+                                      arch))
+    assert not missing, f"docs/architecture.md does not name {missing}"
+    named = set(re.findall(r"\*\*`(\w+)/`\*\*", arch))
+    assert named == {p.name for p in PACKAGE.iterdir()
+                     if (p / "__init__.py").is_file()}, named
