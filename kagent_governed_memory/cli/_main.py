@@ -51,7 +51,8 @@ _CONFIGURATION = frozenset({
     ReasonCode.LOCAL_SERVER_MISMATCH, ReasonCode.LOG_SETTINGS_UNSAFE, ReasonCode.UNAUTHENTICATED,
     ReasonCode.FORBIDDEN, ReasonCode.CONTROLLER_ERROR, ReasonCode.ROLE_NOT_PERMITTED,
     ReasonCode.CALLER_ROLE_MISSING, ReasonCode.POLICY_NOT_REGISTERED, ReasonCode.POLICY_MISMATCH})
-_UNAVAILABLE = frozenset({ReasonCode.STORE_UNAVAILABLE, ReasonCode.SCHEMA_OUTDATED})
+_UNAVAILABLE = frozenset({ReasonCode.STORE_UNAVAILABLE, ReasonCode.SCHEMA_OUTDATED,
+                          ReasonCode.SCHEMA_BEFORE_BASELINE})
 # An operator command (offboard, unblock, policy, login) run with a login that is no operator.
 _NOT_AN_OPERATOR = frozenset({ReasonCode.ROLE_NOT_PERMITTED, ReasonCode.PERMISSION_DENIED})
 _OPERATOR_LOGIN = ("this login may not run this command: use an operator login (a member of "

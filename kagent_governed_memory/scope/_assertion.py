@@ -301,7 +301,7 @@ def verify_scope_assertion(
     the context (a controller route called by the runtime, after the runtime checked it); it
     must be passed explicitly.  Bad ``public_keys``/``issuer``/``now``/``leeway``
     (including a private key where a public one belongs) are deployment errors, not bad tokens,
-    and raise ``InvalidInput``.  Replay is refused later, by ``redeem_scope_assertion``.
+    and raise ``InvalidInput``.  Replay is refused later, by the store's ``redeem``.
     """
     if (
         not isinstance(public_keys, Mapping)

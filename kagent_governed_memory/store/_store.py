@@ -196,7 +196,7 @@ class GovernedMemoryStore(_RuntimeOps, _Registry, _Erasure):
         On an application store (a ``kagent_memory_service`` member) this applies nothing: a
         current schema returns ``[]``, an old or missing one raises ``schema_outdated`` naming
         the command to run as the owner.  On a ``privileged`` store opened with the owner's
-        DSN it applies the missing migrations (see ``kagent_governed_memory.migrate``).
+        DSN it applies the missing migrations (see ``kagent_governed_memory.store.migrate``).
         """
 
         async def work(conn: psycopg.AsyncConnection) -> list[int]:

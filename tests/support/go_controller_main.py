@@ -119,7 +119,7 @@ def _printed_path(stdout: str) -> Path:
     lines = [_ANSI.sub("", line).replace("\r", "").strip() for line in stdout.splitlines()]
     paths = [line for line in lines if line.startswith("/")]
     if not paths:
-        raise RuntimeError("kagent_main_substrate.py --print-path printed no path:\n"
+        raise RuntimeError("series standins substrate --print-path printed no path:\n"
                            + stdout[-3000:])
     return Path(paths[-1])
 
@@ -170,8 +170,9 @@ def build() -> tuple[Path, bool, float]:
             for overlay in overlays(patches):
                 shutil.copy(overlay, tree / "go" / "core" / "internal" / "grpcserver"
                             / overlay.name)
-            _run([sys.executable, str(SCRIPTS[1]), "--tree", str(tree), "--out",
-                  str(work / "modfile"), "--substrate", str(standin)], work, env=env)
+            _run([sys.executable, str(REPO / "scripts/series"), "standins", "modfile",
+                  "--tree", str(tree), "--out", str(work / "modfile"), "--substrate",
+                  str(standin)], work, env=env)
             env = {**env, "GOFLAGS": f"-modfile={work / 'modfile' / 'go.mod'} -mod=mod"}
             _run([go, "test", "-c", "-o", str(work / binary.name), PACKAGE], tree / "go",
                  env=env)
