@@ -16,6 +16,9 @@ class ReasonCode(StrEnum):
     REMOTE_SERVER_DENIED = "remote_server_denied"
     SCOPE_KIND_RESERVED = "scope_kind_reserved"
     SCOPE_MISMATCH = "scope_mismatch"
+    ISSUER_NOT_REGISTERED = "issuer_not_registered"
+    SUBJECT_DENIED = "subject_denied"
+    SCOPE_REF_DENIED = "scope_ref_denied"
     PRINCIPAL_OFFBOARDED = "principal_offboarded"
     # consent and fence
     CONSENT_REQUIRED = "consent_required"
@@ -97,6 +100,7 @@ class ReasonCode(StrEnum):
     DATABASE_ERROR = "database_error"
     SCHEMA_OUTDATED = "schema_outdated"
     SCHEMA_BEFORE_BASELINE = "schema_before_baseline"
+    SCHEMA_DATA_UNCONVERTIBLE = "schema_data_unconvertible"
     # database roles and configuration
     LOGIN_REFUSED = "login_refused"
     PERMISSION_DENIED = "permission_denied"

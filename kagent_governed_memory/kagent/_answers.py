@@ -29,7 +29,9 @@ GRPC_AS_HTTP = {"INVALID_ARGUMENT": 400, "OUT_OF_RANGE": 400, "UNAUTHENTICATED":
 
 
 def scope_body(key: ScopeKey) -> dict[str, Any]:
-    return {"principal": {"issuer": key.principal.issuer, "subject": key.principal.subject},
+    # the controller's API names the issuer KIND "issuer" (version 15's key; Matrix principals
+    # of its local homeserver only)
+    return {"principal": {"issuer": key.principal.issuer_kind, "subject": key.principal.subject},
             "agent_namespace": key.agent.namespace, "agent_name": key.agent.name,
             "kind": key.scope.kind.value, "room_id": key.scope.room_id or ""}
 

@@ -312,7 +312,8 @@ class KagentBridgeStore(_Client):
         if not isinstance(principal, Principal):
             raise InvalidInput(ReasonCode.INVALID_IDENTITY)
         data = await self._http.post(
-            "offboard", {"principal": {"issuer": principal.issuer, "subject": principal.subject}},
+            "offboard", {"principal": {"issuer": principal.issuer_kind,  # the API's: the kind
+                                       "subject": principal.subject}},
             operation="offboard", idempotent=True)
         scopes = data.get("scopes")
         if not isinstance(scopes, list):

@@ -152,6 +152,8 @@ class ScopeAssertion(BaseModel):
             if not isinstance(value, typ):
                 raise _bad(field)
             out[field] = value
+        if not out["principal"].is_matrix:  # the bridge asserts Matrix principals only
+            raise _bad("principal")
         room = data.get("room_id")
         out["room_id"] = MemoryScope.control_room(room).room_id  # InvalidIdentity if malformed
         classification = data.get("classification", DEFAULT_CLASSIFICATION)
@@ -183,7 +185,7 @@ class ScopeAssertion(BaseModel):
 
     def __repr__(self) -> str:
         return (
-            f"ScopeAssertion(key={self.key.opaque_id}, origin={self.principal.origin.value}, "
+            f"ScopeAssertion(key={self.key.opaque_id}, origin={self.principal.origin_name}, "
             f"audience_size={len(self.audience)}, issued_at={self.issued_at.isoformat()}, "
             f"expires_at={self.expires_at.isoformat()})"
         )
@@ -192,7 +194,7 @@ class ScopeAssertion(BaseModel):
 
     def __repr_args__(self) -> Iterator[tuple[str, Any]]:  # rich/pydantic printers: no MXID/room
         yield "key", self.key.opaque_id
-        yield "origin", self.principal.origin.value
+        yield "origin", self.principal.origin_name
         yield "audience_size", len(self.audience)
         yield "issued_at", self.issued_at.isoformat()
         yield "expires_at", self.expires_at.isoformat()
@@ -272,7 +274,7 @@ def _claims(a: ScopeAssertion) -> dict[str, Any]:
         "iss": a.issuer,
         "aud": _agent_audience(a.agent),
         "sub": a.principal.mxid,
-        "org": a.principal.origin.value,
+        "org": a.principal.origin_name,
         "room": a.room_id,
         "cls": a.classification,
         "out": list(a.audience),

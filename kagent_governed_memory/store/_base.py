@@ -20,8 +20,15 @@ from pgvector.psycopg import register_vector_async
 from psycopg.rows import AsyncRowFactory, DictRow, dict_row, tuple_row
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from ..errors import GovernanceError, ReasonCode, ScopeDenied, StoreUnavailable, from_database_error
-from ..identity import ScopeKey
+from ..errors import (
+    GovernanceError,
+    InvalidInput,
+    ReasonCode,
+    ScopeDenied,
+    StoreUnavailable,
+    from_database_error,
+)
+from ..identity import MATRIX_KIND, Issuer, MatrixIssuer, Principal, ScopeKey
 from ..policy import MemoryPolicy
 from ..scope._request import current_request
 from . import _sql
@@ -40,11 +47,17 @@ class _StoreBase:
     """A pool of one login's connections and the statements it may run."""
 
     def __init__(
-        self, pool: AsyncConnectionPool | None, *, local_server: str, policy: MemoryPolicy
+        self, pool: AsyncConnectionPool | None, *, local_server: str, policy: MemoryPolicy,
+        issuers: tuple[Issuer, ...] = (),
     ) -> None:
         self._pool = pool
         self._local_server = local_server
         self.policy = policy
+        self._matrix = MatrixIssuer(local_server)
+        self._issuers: dict[tuple[str, str], Issuer] = {
+            (self._matrix.issuer_kind, self._matrix.issuer): self._matrix}
+        for issuer in issuers:
+            self._add_issuer(issuer)
         self._vector_ready: weakref.WeakSet[Any] = weakref.WeakSet()
         self._sweeper: Sweeper | None = None
         self._privileged = False
@@ -73,8 +86,33 @@ class _StoreBase:
         self._vector_ready.add(conn)
         return True
 
+    @property
+    def issuers(self) -> tuple[Issuer, ...]:
+        """The issuers whose principals this store serves: the ``MatrixIssuer`` of its local
+        homeserver first, then those passed to ``open`` or registered through it."""
+        return tuple(self._issuers.values())
+
+    def _add_issuer(self, issuer: Issuer) -> None:
+        if not isinstance(issuer, Issuer):
+            raise InvalidInput(ReasonCode.INVALID_ARGUMENT, field="issuer")
+        self._issuers[(issuer.issuer_kind, issuer.issuer)] = issuer
+
+    def _issuer_for(self, principal: Principal, scope_id: str = "") -> Issuer:
+        """The rules of ``principal``'s issuer.  A Matrix principal of another homeserver gets
+        the local ``MatrixIssuer`` (which refuses it with its own reasons, in ADR 0023's
+        order); a principal of an issuer the store does not know is ``issuer_not_registered``."""
+        found = self._issuers.get((principal.issuer_kind, principal.issuer))
+        if found is not None:
+            return found
+        if principal.issuer_kind == MATRIX_KIND:
+            return self._matrix
+        raise ScopeDenied(ReasonCode.ISSUER_NOT_REGISTERED,
+                          **({"scope_id": scope_id} if scope_id else {}))
+
     def _servable(self, key: ScopeKey) -> None:
-        _servable(key, self._local_server)
+        if not isinstance(key, ScopeKey):
+            raise InvalidInput(ReasonCode.INVALID_IDENTITY, field="scope_key")
+        _servable(key, self._issuer_for(key.principal, key.opaque_id))
 
     def _request(self, op: str, key: ScopeKey) -> list[Any]:
         """The leading ``jti`` argument of a bound statement, from the current request; none

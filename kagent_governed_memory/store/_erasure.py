@@ -34,12 +34,12 @@ class _Erasure(_StoreBase):
         self._servable(key)
         target = _parse_entry_id(entry_id)
         if self._bound:
-            row = await self._one("forget", "ForgetMemoryEntryBound",
+            row = await self._one("forget", "ForgetMemoryEntryBoundByIssuer",
                                   [*self._request("forget", key), *_key(key), None, target])
             return ForgetReceipt(scope_id=key.opaque_id, generation=row[0] if row else None,
                                  deleted=int(row[1]) if row else 0, verified=False,
                                  at=datetime.now(UTC))
-        row = await self._one("forget", "ForgetMemoryEntry", [*_key(key), target])
+        row = await self._one("forget", "ForgetMemoryEntryByIssuer", [*_key(key), target])
         deleted = int(row[1]) if row else 0
         generation, at = await self._verify(key, None, target, complete=False)
         return ForgetReceipt(scope_id=key.opaque_id, generation=generation, deleted=deleted,
@@ -48,7 +48,7 @@ class _Erasure(_StoreBase):
     async def forget_all(self, key: ScopeKey) -> ErasureReceipt:
         """Clear every entry and advance the generation; the scope stays enabled (U4)."""
         self._servable(key)
-        row = await self._one("forget_all", "ClearMemoryScope", [*_key(key), True])
+        row = await self._one("forget_all", "ClearMemoryScopeByIssuer", [*_key(key), True])
         if row is None:
             return self._nothing_stored(key)
         generation, deleted = row
@@ -76,18 +76,19 @@ class _Erasure(_StoreBase):
         verified clean, so no governed row names the principal or its rooms any more.  The
         block stays until an operator lifts it (``unblock``); a failed scope is kept and
         reported, and ``offboard`` may be run again.  An operator path: a ``privileged`` store
-        on the owner's DSN (the service role may not enumerate a principal's keys)."""
+        on the owner's DSN (the service role may not enumerate a principal's keys).  Any
+        issuer's principal, registered or not (an issuer's principals stay offboardable after
+        it is disabled)."""
         if not isinstance(principal, Principal):
             raise InvalidInput(ReasonCode.INVALID_IDENTITY)
-        rows = await self._all(
-            "offboard", "DisablePrincipalMemoryScopes", [principal.issuer, principal.subject]
-        )
+        who = [principal.issuer_kind, principal.issuer, principal.subject]
+        rows = await self._all("offboard", "DisablePrincipalMemoryScopesByIssuer", who)
         outcomes: list[ScopeOutcome] = []
-        for _scope_uuid, namespace, agent, kind, room, generation in rows:
+        for _scope_uuid, namespace, agent, kind, ref, generation in rows:
             key = ScopeKey(
                 principal=principal,
                 agent=AgentIdentity(namespace=namespace, name=agent),
-                scope=MemoryScope(kind=kind, room_id=room),
+                scope=MemoryScope(kind=kind, room_id=ref or None),
             )
             try:
                 deleted, _, _ = await self._clear_and_verify(key, generation=generation)
@@ -96,8 +97,7 @@ class _Erasure(_StoreBase):
                 continue
             outcomes.append(ScopeOutcome(scope_id=key.opaque_id, outcome="cleared",
                                          deleted=deleted))
-        await self._one("offboard", "PurgePrincipalMemoryScopes",
-                        [principal.issuer, principal.subject])
+        await self._one("offboard", "PurgePrincipalMemoryScopesByIssuer", who)
         return OffboardReport(principal_id=principal.opaque_id, scopes=tuple(outcomes))
 
     async def unblock(self, principal: Principal) -> bool:
@@ -105,8 +105,8 @@ class _Erasure(_StoreBase):
         ``privileged`` store): the service role cannot undo an offboarding."""
         if not isinstance(principal, Principal):
             raise InvalidInput(ReasonCode.INVALID_IDENTITY)
-        row = await self._one("unblock", "UnblockMemoryPrincipal",
-                              [principal.issuer, principal.subject])
+        row = await self._one("unblock", "UnblockMemoryPrincipalByIssuer",
+                              [principal.issuer_kind, principal.issuer, principal.subject])
         return bool(row and row[0])
 
     @staticmethod
@@ -122,7 +122,7 @@ class _Erasure(_StoreBase):
         here: it is reported at once, and nothing changed (``step="disable"``)."""
         for attempt in range(_DISABLE_ATTEMPTS):
             try:
-                return await self._one("withdraw", "DisableMemoryScope", _key(key))
+                return await self._one("withdraw", "DisableMemoryScopeByIssuer", _key(key))
             except StoreUnavailable as exc:
                 if exc.reason is ReasonCode.ROLE_NOT_PERMITTED:
                     raise  # refused before any round trip: nothing to retry
@@ -140,7 +140,7 @@ class _Erasure(_StoreBase):
         failure: ReasonCode | None = None
         result: tuple[int, int, datetime] | None = None
         try:
-            row = await self._one("erase", "ClearMemoryScope", [*_key(key), False])
+            row = await self._one("erase", "ClearMemoryScopeByIssuer", [*_key(key), False])
             deleted = int(row[1]) if row else 0
             gen, at = await self._verify(key, generation, None, complete=True)
             result = (deleted, gen if gen is not None else generation, at)
@@ -159,7 +159,8 @@ class _Erasure(_StoreBase):
     async def _record_failure(self, key: ScopeKey, reason: ReasonCode) -> None:
         """Best effort: the durable 'erasure_pending' marker from step 1 already holds."""
         try:
-            await self._one("record_failure", "RecordMemoryScopeFailure", [*_key(key), reason.value])
+            await self._one("record_failure", "RecordMemoryScopeFailureByIssuer",
+                            [*_key(key), reason.value])
         except GovernanceError:
             _log.warning("failure not recorded reason=%s scope=%s", reason.value, key.opaque_id)
 
@@ -167,7 +168,7 @@ class _Erasure(_StoreBase):
         self, key: ScopeKey, generation: int | None, entry_id: uuid.UUID | None, *, complete: bool
     ) -> tuple[int | None, datetime]:
         row = await self._one(
-            "verify", "VerifyMemoryErasure", [*_key(key), generation, entry_id, complete]
+            "verify", "VerifyMemoryErasureByIssuer", [*_key(key), generation, entry_id, complete]
         )
         if row is None or row[1] is None:
             raise ErasureFailed(ReasonCode.VERIFICATION_FAILED, scope_id=key.opaque_id)

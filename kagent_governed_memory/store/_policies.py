@@ -1,10 +1,12 @@
-"""Registered policies and logins: what an operator writes, what every store checks at open.
+"""Registered policies, issuers and logins: what an operator writes, what every store checks.
 
 A policy is a row only the owner or a ``kagent_memory_operator`` member writes
 (``memory_register_policy``), immutable once a consent refers to it; ``grant`` names its
 version and records exactly its limits, ``admit`` reads the scope's.  A store opened with a
 ``MemoryPolicy`` refuses to start unless the database holds the same policy under that version,
-so the early checks the library makes are the ones the database enforces.
+so the early checks the library makes are the ones the database enforces.  An issuer is a row
+of the same kind (``memory_register_issuer``): the database grants consent only to a principal
+of a registered, enabled issuer, under that issuer's rules.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..errors import InvalidInput, ReasonCode
-from ..identity import AgentIdentity
+from ..identity import AgentIdentity, Issuer, IssuerRegistration
 from ..policy import MemoryPolicy
 from ._base import _StoreBase
 from ._logpin import SETTINGS_COLUMNS
@@ -107,6 +109,39 @@ class _Registry(_StoreBase):
         row = await self._one("disallow_policy", "DisallowMemoryPolicy",
                               [version, namespace, agent])
         return int(row[0]) if row else 0
+
+    async def register_issuer(self, issuer: Issuer) -> str:
+        """Register ``issuer`` in the database (its ``registration()``: scope kind, subject and
+        scope-reference patterns, audience) and serve its principals from this store.  Returns
+        ``registered``, ``unchanged`` or ``replaced`` (a disabled issuer registered again is
+        enabled).  The owner or a ``kagent_memory_operator`` login."""
+        if not isinstance(issuer, Issuer):
+            raise InvalidInput(ReasonCode.INVALID_ARGUMENT, field="issuer")
+        row = await self._one("register_issuer", "RegisterMemoryIssuer",
+                              issuer.registration().params())
+        assert row is not None
+        self._add_issuer(issuer)
+        return str(row[0])
+
+    async def disable_issuer(self, issuer: Issuer) -> bool:
+        """Disable ``issuer``: its principals can no longer consent and their requests capture
+        no generation; their scopes stay withdrawable and offboardable.  Whether an enabled
+        issuer was disabled.  The owner or a ``kagent_memory_operator`` login."""
+        if not isinstance(issuer, Issuer):
+            raise InvalidInput(ReasonCode.INVALID_ARGUMENT, field="issuer")
+        row = await self._one("disable_issuer", "DisableMemoryIssuer",
+                              [issuer.issuer_kind, issuer.issuer])
+        return bool(row and row[0])
+
+    async def registered_issuer(self, issuer: Issuer) -> tuple[IssuerRegistration, bool] | None:
+        """What the database holds for ``issuer`` (and whether it is enabled), or ``None``."""
+        if not isinstance(issuer, Issuer):
+            raise InvalidInput(ReasonCode.INVALID_ARGUMENT, field="issuer")
+        row = await self._one("get_issuer", "GetMemoryIssuer",
+                              [issuer.issuer_kind, issuer.issuer])
+        if row is None:
+            return None
+        return IssuerRegistration(row[0], row[1], row[2], row[3], row[4], tuple(row[5])), row[6]
 
     async def register_runtime_login(self, login: str, agent: AgentIdentity) -> None:
         """Let database login ``login`` (a member of kagent_memory_runtime) serve ``agent``:

@@ -20,7 +20,7 @@ from ..errors import (
     ScopeDenied,
     _admission_refusal,
 )
-from ..identity import ScopeKey
+from ..identity import Issuer, ScopeKey
 from ..models import MemoryRecord
 from ..repository import MAX_SEARCH_QUERIES
 from ..scope._assertion import ScopeAssertion
@@ -46,7 +46,8 @@ class _RuntimeOps(_StoreBase):
     statements."""
 
     def _stmt(self, name: str) -> str:
-        return name + "Bound" if self._bound else name
+        """The issuer-generic statement ``name`` (``...ByIssuer``), bound for a runtime login."""
+        return name + ("BoundByIssuer" if self._bound else "ByIssuer")
 
     async def record_request(self, assertion: ScopeAssertion) -> None:
         """The bridge records a request it relays (its ``jti``, exact key, classification,
@@ -56,10 +57,10 @@ class _RuntimeOps(_StoreBase):
             raise InvalidInput(ReasonCode.INVALID_ARGUMENT, field="assertion")
         key = assertion.key
         self._servable(key)
-        await self._all("record_request", "RecordMemoryRequest",
+        await self._all("record_request", "RecordMemoryRequestByIssuer",
                         [assertion.jti, assertion.expires_at, *_key(key),
                          assertion.classification,
-                         _audience(assertion.audience, self._local_server)])
+                         _audience(assertion.audience, self._issuer_for(key.principal))])
 
     async def redeem(self, assertion: ScopeAssertion) -> int | None:
         """Consume ``assertion`` (its ``jti``, once on any replica) and return the generation
@@ -74,9 +75,10 @@ class _RuntimeOps(_StoreBase):
         key = assertion.key
         self._servable(key)
         row = await self._one(
-            "redeem", "RedeemScopeAssertion",
+            "redeem", "RedeemScopeAssertionByIssuer",
             [assertion.jti, assertion.expires_at, *_key(key), self.policy.version,
-             assertion.classification, _audience(assertion.audience, self._local_server)],
+             assertion.classification,
+             _audience(assertion.audience, self._issuer_for(key.principal))],
         )
         return None if row is None else row[0]
 
@@ -106,10 +108,10 @@ class _RuntimeOps(_StoreBase):
                 return generation, exc.reason
             return generation, None
         row = await self._one(
-            "redeem", "RedeemAndAdmitMemoryWork",
+            "redeem", "RedeemAndAdmitMemoryWorkByIssuer",
             [assertion.jti, assertion.expires_at, *_key(key), self.policy.version,
-             assertion.classification, _audience(assertion.audience, self._local_server),
-             units, explicit],
+             assertion.classification,
+             _audience(assertion.audience, self._issuer_for(key.principal)), units, explicit],
         )
         if row is None or row[0] is None:
             return None, None
@@ -208,9 +210,10 @@ class _RuntimeOps(_StoreBase):
         return out
 
 
-def _audience(value: Sequence[str] | None, local_server: str) -> list[str]:
-    """Sorted, de-duplicated homeserver names (default: the local one); refused if malformed."""
-    servers = _servers([local_server] if value is None else value)
+def _audience(value: Sequence[str] | None, issuer: Issuer) -> list[str]:
+    """The output audience: sorted, de-duplicated names (homeserver names, or ``principal``;
+    default: ``issuer``'s audience); refused if malformed."""
+    servers = _servers(list(issuer.audience) if value is None else value)
     if servers is None:
         raise InvalidInput(ReasonCode.INVALID_ARGUMENT, field="output_audience")
     return list(servers)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any, Self
 
@@ -24,7 +24,7 @@ from ..errors import (
     StoreUnavailable,
     from_database_error,
 )
-from ..identity import ScopeKey
+from ..identity import Issuer, ScopeKey
 from ..models import (
     ConsentReceipt,
     InspectPage,
@@ -80,6 +80,7 @@ class GovernedMemoryStore(_RuntimeOps, _Registry, _Erasure):
         timeout: float = 10.0,
         privileged: bool = False,
         sweep_every: float | None = 3600.0,
+        issuers: Iterable[Issuer] = (),
     ) -> GovernedMemoryStore:
         """Open a pool (autocommit: every governed call is its own transaction).
 
@@ -97,7 +98,9 @@ class GovernedMemoryStore(_RuntimeOps, _Registry, _Erasure):
         does not hold them is refused with ``log_settings_unsafe``.  ``sweep_every`` seconds
         (default hourly, ``None`` for none) a background task deletes expired rows physically,
         starting now, when the login may sweep (operator, service, owner); one replica at a
-        time.
+        time.  ``issuers`` are the issuers besides the local homeserver's Matrix issuer whose
+        principals this store serves (e.g. an ``OidcIssuer``); the database serves a principal
+        only while its issuer is registered (``register_issuer``, an operator's step).
         """
         _check_local_server(local_server)
         if sweep_every is not None and (isinstance(sweep_every, bool)
@@ -109,7 +112,9 @@ class GovernedMemoryStore(_RuntimeOps, _Registry, _Erasure):
         if not isinstance(dsn, str):
             raise InvalidInput(ReasonCode.INVALID_ARGUMENT, field="dsn")
         failed: GovernanceError | None = None
-        store = cls(None, local_server=local_server, policy=policy)
+        if isinstance(issuers, str | bytes) or not isinstance(issuers, Iterable):
+            raise InvalidInput(ReasonCode.INVALID_ARGUMENT, field="issuers")
+        store = cls(None, local_server=local_server, policy=policy, issuers=tuple(issuers))
         store._privileged = privileged
         pool = store._pool = AsyncConnectionPool(
             conninfo=pinned_dsn(dsn),  # the server-log settings win over role defaults
@@ -221,18 +226,19 @@ class GovernedMemoryStore(_RuntimeOps, _Registry, _Erasure):
                     output_audience: Sequence[str] | None = None) -> ConsentReceipt:
         """Record explicit consent for ``purpose`` under this store's policy (C1), for
         conversations of ``classification`` whose replies reach exactly ``output_audience``
-        (default: the local homeserver only).  A request with another classification or
+        (default: the audience of the principal's issuer -- the local homeserver for a Matrix
+        principal, ``principal`` for an OIDC one).  A request with another classification or
         audience gets no memory (ADR decision 6)."""
         self._servable(key)
         if not isinstance(purpose, str) or not _PURPOSE.fullmatch(purpose):
             raise InvalidInput(ReasonCode.INVALID_ARGUMENT, field="purpose")
         if not isinstance(classification, str) or not CLASSIFICATION.fullmatch(classification):
             raise InvalidInput(ReasonCode.INVALID_ARGUMENT, field="classification")
-        audience = _audience(output_audience, self._local_server)
+        audience = _audience(output_audience, self._issuer_for(key.principal))
         p = self.policy
         row = await self._one_named(
             "grant",
-            "GrantMemoryScope",
+            "GrantMemoryScopeByIssuer",
             [*_key(key), purpose, p.version, p.embedding_dimension, classification, audience],
         )
         assert row is not None
@@ -248,13 +254,13 @@ class GovernedMemoryStore(_RuntimeOps, _Registry, _Erasure):
     async def generation(self, key: ScopeKey, *, classification: str = "personal",
                          output_audience: Sequence[str] | None = None) -> int | None:
         """The current valid generation, or ``None`` (missing, disabled or expired consent, or
-        consent given for another classification or output audience — default: the local
-        homeserver only — than the ones passed)."""
+        consent given for another classification or output audience — default: the audience of
+        the principal's issuer — than the ones passed, or a principal whose issuer is disabled)."""
         self._servable(key)
         if not isinstance(classification, str) or not CLASSIFICATION.fullmatch(classification):
             raise InvalidInput(ReasonCode.INVALID_ARGUMENT, field="classification")
-        audience = _audience(output_audience, self._local_server)
-        row = await self._one("generation", "GetMemoryGeneration",
+        audience = _audience(output_audience, self._issuer_for(key.principal))
+        row = await self._one("generation", "GetMemoryGenerationByIssuer",
                               [*_key(key), self.policy.version, classification, audience])
         return None if row is None else row[0]
 
@@ -269,7 +275,7 @@ class GovernedMemoryStore(_RuntimeOps, _Registry, _Erasure):
         after_created, after_id = (None, None) if cursor is None else _decode_cursor(key, cursor)
         rows = await self._all_named(
             "inspect",
-            "InspectMemoryEntries",
+            "InspectMemoryEntriesByIssuer",
             [*_key(key), after_created, after_id, page_size + 1],
         )
         entries = tuple(
@@ -285,7 +291,7 @@ class GovernedMemoryStore(_RuntimeOps, _Registry, _Erasure):
 
     async def status(self, key: ScopeKey) -> ScopeStatus:
         self._servable(key)
-        row = await self._one_named("status", "GetMemoryScopeStatus", _key(key))
+        row = await self._one_named("status", "GetMemoryScopeStatusByIssuer", _key(key))
         if row is None:
             return ScopeStatus(scope_id=key.opaque_id, enabled=False)
         return ScopeStatus(

@@ -17,7 +17,7 @@ from typing import Any, cast
 from pgvector import Vector
 
 from ..errors import ConsentRequired, FactTooLarge, GovernanceError, InvalidInput, ReasonCode
-from ..identity import Principal, ScopeKey
+from ..identity import Issuer, Principal, ScopeKey
 
 __all__ = ["EMBEDDING_DIMENSION"]
 
@@ -100,21 +100,24 @@ def _reason(value: object, unknown: ReasonCode = ReasonCode.ERASURE_FAILED
     return found if isinstance(found, ReasonCode) else unknown
 
 
-def _servable(key: object, local_server: str) -> None:
-    """``key`` is a ``ScopeKey`` this deployment serves (S5), or the store refuses it."""
+def _servable(key: object, issuer: Issuer | str) -> None:
+    """``key`` is a ``ScopeKey`` this deployment serves under ``issuer``'s rules (S3, S5), or
+    the store refuses it."""
     if not isinstance(key, ScopeKey):
         raise InvalidInput(ReasonCode.INVALID_IDENTITY, field="scope_key")
-    key.require_servable(local_server)
+    key.require_servable(issuer)
 
 
 def _key(key: ScopeKey) -> list[Any]:
+    """The seven key parameters of an issuer-generic statement (000016)."""
     return [
+        key.principal.issuer_kind,
         key.principal.issuer,
         key.principal.subject,
         key.agent.namespace,
         key.agent.name,
         key.scope.kind.value,
-        key.scope.room_id,
+        key.scope.ref,
     ]
 
 

@@ -133,7 +133,7 @@ async def test_limits_checked_in_python_and_in_sql(store, database):
 
     lit = "[" + ",".join(["0.1"] * 768) + "]"
     short = "[0.1,0.2]"
-    args = [key.principal.issuer, key.principal.subject, key.agent.namespace, key.agent.name,
+    args = [key.principal.issuer_kind, key.principal.subject, key.agent.namespace, key.agent.name,
             key.scope.kind.value, key.scope.room_id, gen, store.policy.version]
     call = f"SELECT * FROM {SIGNATURE.split('(')[0]}(%s,%s,%s,%s,%s,%s,%s,%s,%s::vector[],%s)"
     with psycopg.connect(database.dsn, autocommit=True) as conn:

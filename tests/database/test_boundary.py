@@ -43,15 +43,23 @@ TABLES = ["memory_scope", "memory_entry", "memory_audit", "memory_config",
 # schema -- the union of the runtime's and the bridge's (test_roles_and_policies pins each).
 ENTRY_POINTS = SERVICE
 HELPER_CALLS = [
-    "SELECT memory_scope_row('matrix','@a:example.org','kagent','a','control_room','!r')",
-    "SELECT memory_scope_lock('matrix','@a:example.org','kagent','a','control_room','!r')",
+    "SELECT memory_scope_row('matrix','example.org','@a:example.org','kagent','a',"
+    "'control_room','!r')",
+    "SELECT memory_scope_lock('matrix','example.org','@a:example.org','kagent','a',"
+    "'control_room','!r')",
     "SELECT * FROM memory_readable(gen_random_uuid())",
     "SELECT memory_bind_scope(gen_random_uuid())",
     "SELECT memory_principal_ref('matrix','@a:example.org')",
+    "SELECT memory_principal_lock('matrix','example.org','\\x00'::bytea,true)",
     "SELECT memory_audit_write(NULL, 'x', 'y', NULL, NULL)",
     "SELECT memory_unblock_principal('matrix','@a:example.org')",
-    "SELECT memory_redeemed_generation('aaaaaaaaaaaaaaaaaaaa','matrix','@a:example.org',"
-    "'kagent','a','control_room','!r',1)",
+    "SELECT memory_unblock_principal('matrix','example.org','@a:example.org')",
+    "SELECT memory_redeemed_generation('aaaaaaaaaaaaaaaaaaaa','matrix','example.org',"
+    "'@a:example.org','kagent','a','control_room','!r',1)",
+    "SELECT memory_matrix_issuer('matrix')",
+    "SELECT memory_register_issuer('oidc','https://idp.example','principal','^.+$',NULL,"
+    "ARRAY['principal'])",
+    "SELECT memory_disable_issuer('matrix','example.org')",
 ]
 
 
@@ -370,31 +378,36 @@ async def test_remote_principal_refused_by_the_database(store, database):
     assert err.value.reason is ReasonCode.LOCAL_SERVER_MISMATCH
 
 
-async def test_principal_is_issuer_and_subject_and_v1_admits_matrix_only(store, database):
-    """The key names a principal by (issuer, subject); v1's CHECK admits the 'matrix' issuer
-    only, with the MXID grammar as that issuer's subject rule -- an OIDC issuer needs a relaxed
-    constraint later, never rewritten keys."""
+async def test_principal_is_kind_issuer_and_subject_and_the_v15_grant_admits_matrix_only(
+        store, database):
+    """The key names a principal by (issuer kind, issuer, subject) (000016): a Matrix principal
+    is ('matrix', its homeserver, its MXID).  Version 15's grant signature (a library-only
+    wrapper) still admits the 'matrix' kind only, with 15's reason codes; the MXID grammar is
+    the Matrix issuer's registry data, no longer a CHECK of the table."""
     key = make_key()
     await store.grant(key, purpose=PURPOSE)
     with database.admin() as conn:
         row = conn.execute(
-            "SELECT principal_issuer, principal_subject FROM memory_scope WHERE id = %s::uuid",
-            [scope_uuid(database, key)]).fetchone()
-    assert row == ("matrix", key.principal.mxid)
-    assert (key.principal.issuer, key.principal.subject) == row
+            "SELECT principal_issuer_kind, principal_issuer, principal_subject, scope_ref"
+            "  FROM memory_scope WHERE id = %s::uuid", [scope_uuid(database, key)]).fetchone()
+    assert row == ("matrix", LOCAL, key.principal.mxid, key.scope.room_id)
+    assert (key.principal.issuer_kind, key.principal.issuer, key.principal.subject) == row[:3]
     grant = ("SELECT * FROM memory_grant(%s,%s,'kagent','a','control_room','!room:example.org',"
              "'personal_preferences',%s,768,'personal',"
              "ARRAY['example.org'])")
     with app(database) as conn:
-        for issuer in ("https://idp.example.org", "Matrix", ""):
+        for issuer in ("https://idp.example.org", "Matrix", "", "oidc"):
             assert refused(conn, grant, [issuer, "@alice:example.org", VERSION]) == "KGD01"
-        assert refused(conn, grant, ["matrix", "alice@example.org", VERSION]) in ("KGD02", "23514")
+        assert refused(conn, grant, ["matrix", "alice@example.org", VERSION]) == "KGD02"
     with database.admin() as conn:  # not even a superuser re-keys a scope (guard + CHECK)
         conn.autocommit = True
-        assert refused(conn, "UPDATE memory_scope SET principal_issuer = 'oidc'") == "KGI01"
+        for column in ("principal_issuer_kind", "principal_issuer", "scope_ref"):
+            assert refused(conn, f"UPDATE memory_scope SET {column} = 'oidc'") == "KGI01"
         conn.execute("SET session_replication_role = replica")  # triggers off; CHECKs stay
-        assert refused(conn, "UPDATE memory_scope SET principal_issuer = 'oidc'") == "23514"
-        assert refused(conn, "UPDATE memory_scope SET principal_subject = 'alice'") == "23514"
+        assert refused(conn, "UPDATE memory_scope SET principal_issuer_kind = 'OIDC'") == "23514"
+        assert refused(conn, "UPDATE memory_scope SET principal_issuer = ''") == "23514"
+        assert refused(conn, "UPDATE memory_scope SET principal_subject = ''") == "23514"
+        assert refused(conn, "UPDATE memory_scope SET scope_ref = repeat('x', 256)") == "23514"
 
 
 async def test_unconfigured_store_grants_nobody(database):

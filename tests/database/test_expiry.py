@@ -32,8 +32,16 @@ def plant(conn: psycopg.Connection, sid: str, generation: int, text: str, expire
 
 
 def _key_args(key) -> list:
-    return [key.principal.issuer, key.principal.subject, key.agent.namespace, key.agent.name,
-            key.scope.kind.value, key.scope.room_id]
+    """A Matrix key as version 15's signatures take it (000016 keeps them as wrappers): the
+    issuer KIND first, then subject, agent and room; the issuer is the local homeserver."""
+    return [key.principal.issuer_kind, key.principal.subject, key.agent.namespace,
+            key.agent.name, key.scope.kind.value, key.scope.room_id]
+
+
+def _key7(key) -> list:
+    """The seven key parameters of the issuer-generic signatures (000016)."""
+    return [key.principal.issuer_kind, key.principal.issuer, key.principal.subject,
+            key.agent.namespace, key.agent.name, key.scope.kind.value, key.scope.ref]
 
 
 async def test_b3_expiry_fixed_at_insert_to_policy_max(store):

@@ -49,7 +49,7 @@ UNDONE = ("statement_timeout", "idle_in_transaction_session_timeout", "transacti
 
 
 def _key_args(key) -> list:
-    return [key.principal.issuer, key.principal.subject, key.agent.namespace, key.agent.name,
+    return [key.principal.issuer_kind, key.principal.subject, key.agent.namespace, key.agent.name,
             key.scope.kind.value, key.scope.room_id]
 
 

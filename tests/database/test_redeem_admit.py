@@ -156,11 +156,11 @@ async def test_an_admission_that_raises_keeps_the_redemption(store, database):
     g = await store.generation(alice)
     (a,) = await _recorded(database, alice)
     with psycopg.connect(database.owner_dsn, autocommit=True) as owner:
-        owner.execute(
-            "CREATE OR REPLACE FUNCTION memory_admit_bound(p_jti TEXT, p_issuer TEXT,"
-            " p_subject TEXT, p_namespace TEXT, p_agent TEXT, p_kind TEXT, p_room TEXT,"
-            " p_generation BIGINT, p_policy_version TEXT, p_units INTEGER, p_explicit BOOLEAN,"
-            " p_now TIMESTAMPTZ) RETURNS INTEGER"
+        owner.execute(  # the issuer-generic signature (000016), which memory_redeem_admit calls
+            "CREATE OR REPLACE FUNCTION memory_admit_bound(p_jti TEXT, p_issuer_kind TEXT,"
+            " p_issuer TEXT, p_subject TEXT, p_namespace TEXT, p_agent TEXT, p_kind TEXT,"
+            " p_scope_ref TEXT, p_generation BIGINT, p_policy_version TEXT, p_units INTEGER,"
+            " p_explicit BOOLEAN, p_now TIMESTAMPTZ) RETURNS INTEGER"
             " LANGUAGE plpgsql AS $$ BEGIN"
             " RAISE EXCEPTION 'stale_generation' USING ERRCODE = 'KGS01'; END $$")
     with connect(database, RUNTIME_ROLE) as conn:
@@ -193,7 +193,7 @@ async def test_the_direct_store_redeems_and_admits_in_one_round_trip(store, data
         runtime._all = counted  # type: ignore[method-assign]
         with memory_request(a):
             assert await runtime.redeem_admit(a, units=4) == (g, None)
-        assert statements == ["RedeemAndAdmitMemoryWork"]
+        assert statements == ["RedeemAndAdmitMemoryWorkByIssuer"]
         with memory_request(b):
             assert await runtime.redeem_admit(b, units=1000) == (g, ReasonCode.BUDGET_EXHAUSTED)
     service_a = assertion_for(alice)

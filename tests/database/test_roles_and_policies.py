@@ -34,20 +34,23 @@ PURPOSE = "personal_preferences"
 VERSION = PROTOTYPE_POLICY.version
 AUDIENCE = "ARRAY['example.org']"
 
-# What each role may EXECUTE (and nothing else): pinned.
+# What each role may EXECUTE (and nothing else): pinned, by name (000016's issuer-generic
+# signature and version 15's, where a name has both, are pinned by test_issuers).
 RUNTIME = {"memory_redeem_assertion", "memory_redeem_admit", "memory_save_bound", "memory_search_bound",
            "memory_search_many_bound", "memory_admit_bound", "memory_forget_bound",
-           "memory_get_policy", "memory_local_server", "memory_schema_version"}
+           "memory_get_policy", "memory_get_issuer", "memory_local_server",
+           "memory_schema_version"}
 BRIDGE = {"memory_grant", "memory_generation", "memory_status", "memory_inspect",
           "memory_forget", "memory_disable", "memory_clear", "memory_verify_erasure",
           "memory_record_failure", "memory_record_request", "memory_get_policy",
-          "memory_local_server", "memory_schema_version"}
+          "memory_get_issuer", "memory_local_server", "memory_schema_version"}
 OPERATOR = {"memory_configure", "memory_register_policy", "memory_allow_policy",
             "memory_disallow_policy", "memory_register_runtime", "memory_register_verifier",
             "memory_unregister_login", "memory_disable_principal", "memory_clear",
             "memory_verify_erasure", "memory_record_failure", "memory_purge_principal",
             "memory_unblock_principal", "memory_sweep", "memory_store_report",
-            "memory_get_policy", "memory_local_server", "memory_schema_version"}
+            "memory_get_policy", "memory_get_issuer", "memory_register_issuer",
+            "memory_disable_issuer", "memory_local_server", "memory_schema_version"}
 SERVICE = RUNTIME | BRIDGE | {"memory_configure", "memory_sweep", "memory_store_report",
                               "memory_save", "memory_search", "memory_search_many",
                               "memory_admit"}

@@ -15,13 +15,14 @@ wheel's binaries) are built the two ways, each from nothing, by an owner that ma
   principal salt only as present or absent).
 
 One more test shows that comparison failing when one function body changes, and two more that
-``migrate()`` takes a database the old files brought to 000015 as at the baseline and refuses
-one they left at an earlier version.
+``migrate()`` takes a database the old files brought to 000015 as at the baseline (and brings
+it forward) and refuses one they left at an earlier version.  The packaged baseline is applied
+alone here (``apply_packaged``): later packaged migrations change the catalog on purpose
+(tests/database/test_schema_upgrade.py).
 """
 
 from __future__ import annotations
 
-import asyncio
 import os
 import re
 import shutil
@@ -37,7 +38,7 @@ from psycopg import sql
 
 from kagent_governed_memory.dev import pg_bin_dir, pg_ctl_executable
 from kagent_governed_memory.errors import GovernanceError
-from kagent_governed_memory.store import migrate
+from kagent_governed_memory.store import LATEST_VERSION, migrate, migrations
 
 HISTORY = Path(__file__).resolve().parents[1] / "support" / "schema_history"
 OWNER = "kgm_owner"
@@ -73,6 +74,19 @@ def apply_history(owner_dsn: str, upto: int = 15) -> None:
             conn.execute(up)  # type: ignore[arg-type]
             conn.execute("INSERT INTO governed_memory_schema_migrations (version, name)"
                          " VALUES (%s, %s)", [version, name])
+        conn.execute("RESET search_path")
+
+
+def apply_packaged(owner_dsn: str, upto: int = 15) -> None:
+    """What ``migrate()`` does, with the packaged migrations up to ``upto`` only."""
+    with psycopg.connect(owner_dsn, autocommit=True) as conn, conn.transaction():
+        conn.execute(TRACKING)
+        conn.execute("REVOKE ALL ON governed_memory_schema_migrations FROM PUBLIC")
+        for m in migrations():
+            if m.version <= upto:
+                conn.execute(m.up)  # type: ignore[arg-type]
+                conn.execute("INSERT INTO governed_memory_schema_migrations (version, name)"
+                             " VALUES (%s, %s)", [m.version, m.name])
         conn.execute("RESET search_path")
 
 
@@ -212,7 +226,7 @@ def builds() -> Iterator[tuple[Cluster, Cluster]]:
         old = Cluster()
         apply_history(old.dsn())
         new = Cluster()
-        asyncio.run(migrate(new.dsn()))
+        apply_packaged(new.dsn(), upto=15)
         yield old, new
     finally:
         for cluster in (old, new):
@@ -267,11 +281,14 @@ def test_comparison_names_a_function_whose_body_changed(builds: tuple[Cluster, C
 
 async def test_a_database_at_000015_is_at_the_baseline(database) -> None:
     apply_history(database.owner_dsn, upto=15)
-    assert await migrate(database.owner_dsn) == []
+    later = [m.version for m in migrations() if m.version > 15]
+    assert later and LATEST_VERSION == later[-1]
+    assert await migrate(database.owner_dsn) == later  # the baseline is not applied again
     with psycopg.connect(database.admin_dsn) as conn:
-        assert conn.execute("SELECT memory_schema_version()").fetchone()[0] == 15
-        assert conn.execute("SELECT max(version) FROM governed_memory_schema_migrations"
-                            ).fetchone()[0] == 15
+        assert conn.execute("SELECT memory_schema_version()").fetchone()[0] == LATEST_VERSION
+        assert conn.execute("SELECT array_agg(version ORDER BY version)"
+                            " FROM governed_memory_schema_migrations").fetchone()[0] == [
+            v for v, _, _ in history(15)] + later
 
 
 async def test_a_database_before_000015_is_refused_with_what_to_do(database) -> None:

@@ -376,7 +376,7 @@ async def _seeded(url: str) -> tuple[ScopeKey, HttpBackend, httpx.AsyncClient]:
 
 def _body(key: ScopeKey, route: str) -> dict[str, Any]:
     if route == "offboard":
-        return {"principal": {"issuer": key.principal.issuer, "subject": key.principal.subject}}
+        return {"principal": {"issuer": key.principal.issuer_kind, "subject": key.principal.subject}}
     return {"scope": scope_body(key), "purpose": PURPOSE, "generation": 1, "units": 1,
             "entry_id": str(uuid.uuid4()), "vector": vec("a private fact"), "page_size": 5,
             "items": [{"content": "injected", "vector": vec("injected")}]}

@@ -224,7 +224,7 @@ async def test_the_bridge_reads_a_generation_through_mains_generation_rpc(main: 
     _reason = grpc_transport_module._reason
 
     key = make_key()
-    scope = pb.MemoryScope(principal=pb.MemoryPrincipal(issuer=key.principal.issuer,
+    scope = pb.MemoryScope(principal=pb.MemoryPrincipal(issuer=key.principal.issuer_kind,
                                                         subject=key.principal.subject),
                            agent_namespace=key.agent.namespace, agent_name=key.agent.name,
                            kind=key.scope.kind.value, context_id=key.scope.room_id)
@@ -294,7 +294,7 @@ async def test_mains_governed_auth_refuses_the_wrong_caller_and_changes_nothing(
     token = sign(key)
     mine = main.mint(token)
     before = _state(main.db)
-    scope = pb.MemoryScope(principal=pb.MemoryPrincipal(issuer=key.principal.issuer,
+    scope = pb.MemoryScope(principal=pb.MemoryPrincipal(issuer=key.principal.issuer_kind,
                                                         subject=key.principal.subject),
                            agent_namespace=key.agent.namespace, agent_name=key.agent.name,
                            kind=key.scope.kind.value, context_id=key.scope.room_id)

@@ -134,7 +134,7 @@ class LibraryBackend:
 
 
 def principal_body(principal: Principal) -> dict[str, str]:
-    return {"issuer": principal.issuer, "subject": principal.subject}
+    return {"issuer": principal.issuer_kind, "subject": principal.subject}
 
 
 def scope_body(key: ScopeKey) -> dict[str, Any]:

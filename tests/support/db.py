@@ -83,10 +83,11 @@ async def save(store: GovernedMemoryStore, key: ScopeKey, *facts: str,
 
 def scope_uuid(db: Db, key: ScopeKey) -> str | None:
     value = db.scalar(
-        "SELECT id::text FROM memory_scope WHERE principal_issuer = %s AND principal_subject = %s"
-        " AND agent_namespace = %s AND agent_name = %s AND room_id = %s",
-        [key.principal.issuer, key.principal.subject, key.agent.namespace, key.agent.name,
-         key.scope.room_id],
+        "SELECT id::text FROM memory_scope WHERE principal_issuer_kind = %s"
+        " AND principal_issuer = %s AND principal_subject = %s"
+        " AND agent_namespace = %s AND agent_name = %s AND scope_kind = %s AND scope_ref = %s",
+        [key.principal.issuer_kind, key.principal.issuer, key.principal.subject,
+         key.agent.namespace, key.agent.name, key.scope.kind.value, key.scope.ref],
     )
     return value
 

@@ -530,7 +530,7 @@ def test_s3_control_room_rejects_invalid_room_ids(room: Any) -> None:
 
 def test_s3_cross_room_is_constructible_and_room_is_optional() -> None:
     """S3: the reserved CROSS_ROOM kind exists and can be built (the store refuses it)."""
-    assert {k.value for k in ScopeKind} == {"control_room", "cross_room"}
+    assert {k.value for k in ScopeKind} == {"control_room", "cross_room", "principal"}
     bare = MemoryScope(kind=ScopeKind.CROSS_ROOM)
     assert bare.kind is ScopeKind.CROSS_ROOM
     assert bare.room_id is None

@@ -896,7 +896,7 @@ async def _bridge_grant(key: ScopeKey) -> int:
     """Consent granted by the bridge on the compiled controller's /consent route, which records
     it at the dimension of the scope's Agent (memory.embeddingDimension)."""
     body = {"purpose": "personal_preferences",
-            "scope": {"principal": {"issuer": key.principal.issuer,
+            "scope": {"principal": {"issuer": key.principal.issuer_kind,
                                     "subject": key.principal.subject},
                       "agent_namespace": key.agent.namespace, "agent_name": key.agent.name,
                       "kind": key.scope.kind.value, "room_id": key.scope.room_id or ""}}
