@@ -18,6 +18,7 @@ from ..errors import GovernanceError, ReasonCode, from_database_error
 from ..identity import AgentIdentity, MemoryScope, OriginKind, Principal, ScopeKey
 from ..repository import ControlRepository, OperatorRepository
 from ..store._logpin import pinned_dsn
+from ..configuration import configure, packaged_configuration
 from ..store._migrations import LATEST_VERSION, migrate
 from ..store._store import GovernedMemoryStore
 from ._demo import run_demo, run_dev_db
@@ -169,7 +170,9 @@ def _parser() -> argparse.ArgumentParser:
                            "--dsn is the OWNER role (the trust root), never the application's "
                            "login. Records --local-server only when given (flag or "
                            "$KGM_LOCAL_SERVER); otherwise the first store to open records its "
-                           "own.", [common])
+                           "own. Then registers the packaged configuration (the ADR 0023 "
+                           "prototype policy, allowed for every agent), idempotently.",
+                           [common])
     migrate_cmd.set_defaults(handler=_migrate)
     _command(sub, "sweep", "physically delete expired rows",
              "For a CronJob; exits non-zero on failure.", [common]
@@ -282,8 +285,13 @@ async def _migrate(args: argparse.Namespace) -> int:
     _check_dsn(args)
     applied = await migrate(args.dsn,
                             local_server=args.local_server if args.local_server_given else None)
-    emit(args, {"applied": applied, "version": LATEST_VERSION},
-         f"migrations applied: {len(applied)}; schema version {LATEST_VERSION}")
+    # policies are configuration (D5): the packaged ADR 0023 prototype policy, registered
+    # through memory_register_policy, idempotently
+    registered = await configure(args.dsn, packaged_configuration())
+    emit(args, {"applied": applied, "version": LATEST_VERSION,
+                "configured": [{"what": w, "name": n, "outcome": o} for w, n, o in registered]},
+         f"migrations applied: {len(applied)}; schema version {LATEST_VERSION}; "
+         + "; ".join(f"{w} {n}: {o}" for w, n, o in registered))
     return EXIT_OK
 
 

@@ -9,17 +9,21 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+from ..configuration import load_configuration, packaged_configuration
 from ..errors import InvalidInput
-from ..identity import AgentIdentity
+from ..identity import AgentIdentity, Issuer, MatrixIssuer, OidcIssuer
 from ..policy import MemoryPolicy
 from ._text import EXIT_CODES_POINTER, EXIT_OK, EXIT_USAGE, CliError, emit
 
 __all__ = ["add_registry_commands"]
 
 REGISTRY_HELP = """\
-What an operator registers: the memory policies agents may consent under, and the database
-logins of agent runtimes and verifiers.
+What an operator registers: the memory policies agents may consent under, the issuers whose
+principals may consent, and the database logins of agent runtimes and verifiers.
 
+  configure [--file config.json]               # policies and issuers, from a configuration
+  issuer register --oidc URL [--subject-pattern P] | --matrix SERVER
+  issuer disable --oidc URL | --matrix SERVER
   policy register --file policy.json [--dimensions 768,1024]   # a MemoryPolicy as JSON
   policy allow --version V [--namespace NS [--agent NAME]]      # who may consent under it
   policy disallow --version V [--namespace NS [--agent NAME]]
@@ -60,6 +64,37 @@ def add_registry_commands(sub: argparse._SubParsersAction, command: Command,  # 
         p.add_argument("--namespace", default=None, help="the agents' Kubernetes namespace")
         p.add_argument("--agent", default=None, help="one Agent's name")
         p.set_defaults(handler=with_store(fn))
+
+    conf = command(sub, "configure", "register policies and issuers from a configuration",
+                   "FILE is a configuration as JSON (policies with their embedding dimensions "
+                   "and allowances, issuers; see docs/cli.md); default: the packaged one, the "
+                   "ADR 0023 prototype policy allowed for every agent. Idempotent: what is "
+                   "registered identically is unchanged.", [common])
+    conf.add_argument("--file", type=Path, default=None,
+                      help="the configuration, as JSON (default: the packaged configuration)")
+    conf.set_defaults(handler=with_store(_configure))
+    issuer = sub.add_parser("issuer", help="register and disable issuers (operator)",
+                            description=REGISTRY_HELP, epilog=EXIT_CODES_POINTER,
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
+    isub = issuer.add_subparsers(dest="issuer_command", required=True)
+    ireg = command(isub, "register", "register an issuer whose principals may consent",
+                   "An OIDC provider (its iss URL; subjects matching --subject-pattern, "
+                   "default any 1 to 255 characters; scope principal, audience principal) or "
+                   "the Matrix issuer of a homeserver (its native users in single-subject "
+                   "control rooms). Registered again: unchanged, or replaced (and enabled).",
+                   [common])
+    idis = command(isub, "disable", "disable an issuer",
+                   "Its principals can no longer consent and their requests get no memory; "
+                   "their scopes stay withdrawable and offboardable.", [common])
+    for p in (ireg, idis):
+        which = p.add_mutually_exclusive_group(required=True)
+        which.add_argument("--oidc", default=None, help="the OIDC provider's iss URL")
+        which.add_argument("--matrix", default=None, help="the homeserver's server name")
+    ireg.add_argument("--subject-pattern", default="^.{1,255}$",
+                      help="an anchored pattern every subject of an OIDC issuer matches "
+                      "(default: ^.{1,255}$)")
+    ireg.set_defaults(handler=with_store(_register_issuer))
+    idis.set_defaults(handler=with_store(_disable_issuer))
 
     login = sub.add_parser("login", help="register database logins (operator)",
                            description=REGISTRY_HELP, epilog=EXIT_CODES_POINTER,
@@ -123,6 +158,40 @@ async def _disallow(store: Any, args: argparse.Namespace) -> int:
     removed = await store.disallow_policy(args.version, **where)
     emit(args, {"ok": True, "version": args.version, "removed": removed, **where},
          f"policy {args.version}: allowances removed: {removed}")
+    return EXIT_OK
+
+
+async def _configure(store: Any, args: argparse.Namespace) -> int:
+    config = packaged_configuration() if args.file is None else load_configuration(args.file)
+    done = await store.configure(config)
+    emit(args, {"ok": True, "configured": [{"what": w, "name": n, "outcome": o}
+                                           for w, n, o in done]},
+         "\n".join(f"{w} {n}: {o}" for w, n, o in done) or "nothing to register")
+    return EXIT_OK
+
+
+def _issuer(args: argparse.Namespace) -> Issuer:
+    if args.oidc is not None:
+        return OidcIssuer(args.oidc, subject_pattern=getattr(args, "subject_pattern",
+                                                             "^.{1,255}$"))
+    return MatrixIssuer(args.matrix)
+
+
+async def _register_issuer(store: Any, args: argparse.Namespace) -> int:
+    issuer = _issuer(args)
+    outcome = await store.register_issuer(issuer)
+    emit(args, {"ok": True, "issuer_kind": issuer.issuer_kind, "issuer": issuer.issuer,
+                "outcome": outcome}, f"issuer {issuer.issuer_kind} {issuer.issuer}: {outcome}")
+    return EXIT_OK
+
+
+async def _disable_issuer(store: Any, args: argparse.Namespace) -> int:
+    issuer = _issuer(args)
+    disabled = await store.disable_issuer(issuer)
+    emit(args, {"ok": True, "issuer_kind": issuer.issuer_kind, "issuer": issuer.issuer,
+                "disabled": disabled},
+         f"issuer {issuer.issuer_kind} {issuer.issuer}: "
+         + ("disabled" if disabled else "was not enabled"))
     return EXIT_OK
 
 

@@ -17,9 +17,9 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..configuration import Configuration, PolicyRegistration, configure, packaged_configuration
 from ..policy import DEV_POLICY
 from ..store._migrations import migrate
-from ..store._store import GovernedMemoryStore
 from ._embedded import EmbeddedPostgres, EmbeddedUnavailable
 
 __all__ = ["DevDatabase", "EmbeddedUnavailable", "dev_database"]
@@ -39,7 +39,9 @@ class DevDatabase:
     * ``runtime_dsn``: ``kgm_runtime``, an agent runtime's login (``kagent_memory_runtime``);
     * ``bridge_dsn``: ``kgm_bridge``, the bridge's login (``kagent_memory_bridge``).
 
-    The development policy (``DEV_POLICY``) is registered and allowed for every agent.
+    The packaged configuration (the ADR 0023 prototype policy) and the development policy
+    (``DEV_POLICY``) are registered and allowed for every agent, as configuration
+    (``kagent_governed_memory.configuration``).
     """
 
     dsn: str
@@ -76,10 +78,12 @@ async def dev_database(
         await asyncio.to_thread(server.stop)
 
 
+DEV_CONFIGURATION = Configuration(policies=(PolicyRegistration(DEV_POLICY),))
+"""``DEV_POLICY``, allowed for every agent."""
+
+
 async def register_dev_policy(operator_dsn: str, local_server: str) -> None:
-    """Register ``DEV_POLICY`` and allow it for every agent, with the operator login (an
-    unchanged policy is left as it is)."""
-    async with await GovernedMemoryStore.open(operator_dsn, local_server=local_server,
-                                              sweep_every=None, max_size=1) as operator:
-        await operator.register_policy(DEV_POLICY)
-        await operator.allow_policy(DEV_POLICY.version)
+    """Register the packaged configuration and ``DEV_POLICY`` (each allowed for every agent)
+    with the operator login; an unchanged policy is left as it is.  (``local_server`` is
+    recorded by the migration; the Matrix issuer of it by ``memory_configure``.)"""
+    await configure(operator_dsn, packaged_configuration() + DEV_CONFIGURATION)

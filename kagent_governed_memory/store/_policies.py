@@ -13,13 +13,16 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import InvalidInput, ReasonCode
 from ..identity import AgentIdentity, Issuer, IssuerRegistration
 from ..policy import MemoryPolicy
 from ._base import _StoreBase
 from ._logpin import SETTINGS_COLUMNS
+
+if TYPE_CHECKING:
+    from ..configuration import Configuration
 
 __all__: list[str] = []
 
@@ -122,6 +125,19 @@ class _Registry(_StoreBase):
         assert row is not None
         self._add_issuer(issuer)
         return str(row[0])
+
+    async def configure(self, config: Configuration) -> list[tuple[str, str, str]]:
+        """Register a configuration's policies (with their allowances) and issuers, each
+        idempotently (``kagent_governed_memory.configuration``); serve its issuers from this
+        store.  Returns ``(what, name, outcome)`` per policy and issuer."""
+        from ..configuration import Configuration, apply_configuration
+
+        if not isinstance(config, Configuration):
+            raise InvalidInput(ReasonCode.INVALID_ARGUMENT, field="configuration")
+        done = await self._with_conn("configure", lambda conn: apply_configuration(conn, config))
+        for issuer in config.issuers:
+            self._add_issuer(issuer)
+        return done
 
     async def disable_issuer(self, issuer: Issuer) -> bool:
         """Disable ``issuer``: its principals can no longer consent and their requests capture
