@@ -63,21 +63,21 @@ SEARCH_TARGET = 1.25
 SAVE_TARGET = 1.5
 SCHEMA = "kgm_floor"
 
-# The governed function's search, written by hand: same key, same consent condition, same
-# read-time expiry, same order and limit (000005 memory_search).
+# The governed function's search, written by hand: same key (000016's seven columns), same
+# consent condition, same read-time expiry, same order and limit (memory_search).
 PLAIN_SEARCH = """
 SELECT r.id, r.content, r.created_at, r.expires_at, r.embedding <=> $1 AS distance
   FROM floor_entry r JOIN floor_scope s ON s.id = r.scope_id
- WHERE s.principal_issuer = $2 AND s.principal_subject = $3 AND s.agent_namespace = $4
-   AND s.agent_name = $5 AND s.scope_kind = $6 AND s.room_id = $7
-   AND s.enabled AND s.generation = $8 AND s.consent_expires_at > now()
-   AND s.policy_version = $9 AND r.expires_at > now()
+ WHERE s.principal_issuer_kind = $2 AND s.principal_issuer = $3 AND s.principal_subject = $4
+   AND s.agent_namespace = $5 AND s.agent_name = $6 AND s.scope_kind = $7 AND s.scope_ref = $8
+   AND s.enabled AND s.generation = $9 AND s.consent_expires_at > now()
+   AND s.policy_version = $10 AND r.expires_at > now()
  ORDER BY r.embedding <=> $1, r.id
- LIMIT $10"""
+ LIMIT $11"""
 
 PLAIN_FN = """
-CREATE FUNCTION floor_search(q vector, i TEXT, sub TEXT, ns TEXT, ag TEXT, k TEXT, rm TEXT,
-                             g BIGINT, pv TEXT, lim INTEGER)
+CREATE FUNCTION floor_search(q vector, ik TEXT, i TEXT, sub TEXT, ns TEXT, ag TEXT, k TEXT,
+                             rm TEXT, g BIGINT, pv TEXT, lim INTEGER)
 RETURNS TABLE (id UUID, content TEXT, created_at TIMESTAMPTZ, expires_at TIMESTAMPTZ,
                distance DOUBLE PRECISION)
 LANGUAGE plpgsql STABLE AS $$
@@ -86,8 +86,9 @@ BEGIN
     RETURN QUERY
     SELECT r.id, r.content, r.created_at, r.expires_at, r.embedding <=> q
       FROM floor_entry r JOIN floor_scope s ON s.id = r.scope_id
-     WHERE s.principal_issuer = i AND s.principal_subject = sub AND s.agent_namespace = ns
-       AND s.agent_name = ag AND s.scope_kind = k AND s.room_id = rm
+     WHERE s.principal_issuer_kind = ik AND s.principal_issuer = i
+       AND s.principal_subject = sub AND s.agent_namespace = ns
+       AND s.agent_name = ag AND s.scope_kind = k AND s.scope_ref = rm
        AND s.enabled AND s.generation = g AND s.consent_expires_at > now()
        AND s.policy_version = pv AND r.expires_at > now()
      ORDER BY r.embedding <=> q, r.id
@@ -101,8 +102,8 @@ PLAIN_INSERT = ("INSERT INTO floor_entry (scope_id, content, embedding, generati
 
 
 def key_args(scope: int, generation: int) -> list[Any]:
-    return ["matrix", bench.mxid(scope), bench.NAMESPACE, bench.AGENT, "control_room",
-            bench.room(scope), generation, bench.PROTOTYPE_POLICY.version]
+    return ["matrix", bench.LOCAL, bench.mxid(scope), bench.NAMESPACE, bench.AGENT,
+            "control_room", bench.room(scope), generation, bench.PROTOTYPE_POLICY.version]
 
 
 async def _rows(conn: psycopg.AsyncConnection, query: str, params: Sequence[Any]) -> int:
@@ -131,7 +132,7 @@ def search_ops(app: psycopg.AsyncConnection, owner: psycopg.AsyncConnection,
         "select1": lambda s, f: _rows(app, "SELECT 1", []),
         "plain": lambda s, f: _rows(owner, PLAIN_SEARCH, [Vector(f), *key_args(s, 1), lim]),
         "plain_fn": lambda s, f: _rows(
-            owner, "SELECT * FROM floor_search($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+            owner, "SELECT * FROM floor_search($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
             [Vector(f), *key_args(s, 1), lim]),
         "governed_sql": lambda s, f: bench.governed_sql_search(app, Vector(f), s, 1),
         "governed": lambda s, f: store.search(bench.scope_key(s), 1, f, limit=lim),
@@ -176,7 +177,7 @@ async def measure_saves(owner: psycopg.AsyncConnection, admin: psycopg.AsyncConn
         if name.startswith("plain"):
             ids[name, j] = (await (await admin.execute(
                 "INSERT INTO floor_scope SELECT * FROM memory_scope WHERE principal_subject = %s"
-                " AND room_id = %s RETURNING id", [key.principal.subject, key.scope.room_id])
+                " AND scope_ref = %s RETURNING id", [key.principal.subject, key.scope.ref])
             ).fetchone())[0]
     samples: dict[str, list[float]] = {name: [] for name in SAVES}
     for i in range(total):
@@ -190,7 +191,7 @@ async def measure_saves(owner: psycopg.AsyncConnection, admin: psycopg.AsyncConn
             "plain_locked": plain("plain_locked", PLAIN_LOCKED),
             "plain_dedupe": plain("plain_dedupe", PLAIN_DEDUPE),
             "governed_sql_save": partial(
-                _rows, app, bench.governed_sql.query("SaveMemoryEntries"),
+                _rows, app, bench.governed_sql.query("SaveMemoryEntriesByIssuer"),
                 [*key_args_of(keys["governed_sql_save", j], gens["governed_sql_save", j]),
                  [text], _Vectors([vec])]),
             "governed_save": partial(store.save, keys["governed_save", j],

@@ -68,9 +68,9 @@ _BULK = (
     "                          expires_at)"
     " SELECT sc.id, b.content, b.embedding, sc.generation, now(), now() + %s::interval"
     "   FROM generate_series(%s::int, %s::int - 1) s"
-    "   JOIN memory_scope sc ON sc.principal_issuer = 'matrix'"
+    "   JOIN memory_scope sc ON sc.principal_issuer_kind = 'matrix'"
     "    AND sc.principal_subject = format('@bench%%s:%%s', s, %s::text)"
-    "    AND sc.room_id = format('!bench%%s:%%s', s, %s::text)"
+    "    AND sc.scope_ref = format('!bench%%s:%%s', s, %s::text)"
     "   JOIN bench_source b ON b.scope = s %% %s"
     "  ORDER BY b.n, s")
 

@@ -343,7 +343,7 @@ async def _stale_check(w: World, side: str, scopes: list[int], admin_dsn: str | 
                 "SELECT count(*) FILTER (WHERE e.id IS NOT NULL),"
                 "       count(DISTINCT s.id) FILTER (WHERE NOT s.enabled)"
                 "  FROM memory_scope s LEFT JOIN memory_entry e ON e.scope_id = s.id"
-                " WHERE (s.principal_subject, s.room_id) IN (SELECT * FROM unnest(%s::text[], %s::text[]))",
+                " WHERE (s.principal_subject, s.scope_ref) IN (SELECT * FROM unnest(%s::text[], %s::text[]))",
                 [[k.principal.subject for k in keys], [k.scope.room_id for k in keys]])
             row = await cur.fetchone()
             assert row is not None

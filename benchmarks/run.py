@@ -416,9 +416,9 @@ async def governed_sql_search(conn: psycopg.AsyncConnection, vec: Vector, scope:
                               generation: int) -> int:
     """The governed statement alone (no pool, no validation, no result models)."""
     cur = psycopg.AsyncRawCursor(conn)
-    await cur.execute(governed_sql.query("SearchMemoryEntries"),
-                      ["matrix", mxid(scope), NAMESPACE, AGENT, "control_room", room(scope),
-                       generation, PROTOTYPE_POLICY.version, vec, LIMIT])
+    await cur.execute(governed_sql.query("SearchMemoryEntriesByIssuer"),
+                      ["matrix", LOCAL, mxid(scope), NAMESPACE, AGENT, "control_room",
+                       room(scope), generation, PROTOTYPE_POLICY.version, vec, LIMIT])
     return len(await cur.fetchall())
 
 
@@ -889,9 +889,10 @@ async def collect_plans(up: psycopg.AsyncConnection, upstream: UpstreamSQL, admi
         plans["upstream_search_generic"] = "\n".join(r[0] for r in await cur.fetchall())
     except psycopg.Error as exc:
         plans["upstream_search_generic"] = f"(not available: {type(exc).__name__})"
-    args = ["matrix", mxid(scope), NAMESPACE, AGENT, "control_room", room(scope),
+    args = ["matrix", LOCAL, mxid(scope), NAMESPACE, AGENT, "control_room", room(scope),
             generation, PROTOTYPE_POLICY.version, vec, LIMIT]
-    await cur.execute("EXPLAIN (ANALYZE, BUFFERS) " + governed_sql.query("SearchMemoryEntries"),
+    await cur.execute("EXPLAIN (ANALYZE, BUFFERS) "
+                      + governed_sql.query("SearchMemoryEntriesByIssuer"),
                       args)
     plans["governed_search_outer"] = "\n".join(r[0] for r in await cur.fetchall())
     if admin_dsn is None:
@@ -910,7 +911,7 @@ async def collect_plans(up: psycopg.AsyncConnection, upstream: UpstreamSQL, admi
         await admin.execute(pgsql.SQL("SET search_path = {}").format(pgsql.SQL(bench_schema_path)))
         await admin.execute(pgsql.SQL("SET ROLE {}").format(pgsql.Identifier(app_role)))
         acur = psycopg.AsyncRawCursor(admin)
-        await acur.execute(governed_sql.query("SearchMemoryEntries"), args)
+        await acur.execute(governed_sql.query("SearchMemoryEntriesByIssuer"), args)
         await acur.fetchall()
     plans["governed_search_inner"] = "\n\n".join(
         n.split("Query Parameters:")[0] + n[n.find("\n", n.find("Query Parameters:")):]
@@ -982,13 +983,14 @@ async def withdraw_breakdown(raw: psycopg.AsyncConnection, scopes: Sequence[int]
                                       "VerifyMemoryErasure": []}
     cur = psycopg.AsyncRawCursor(raw)
     for s in scopes:
-        key = ["matrix", mxid(s), NAMESPACE, AGENT, "control_room", room(s)]
+        key = ["matrix", LOCAL, mxid(s), NAMESPACE, AGENT, "control_room", room(s)]
         generation = None
         for name, extra in (("DisableMemoryScope", []), ("ClearMemoryScope", [False]),
                             ("VerifyMemoryErasure", None)):
             params = key + (extra if extra is not None else [generation, None, True])
             t0 = time.perf_counter_ns()
-            await cur.execute(governed_sql.query(name), params)
+            # the issuer-generic statement the library runs (000016)
+            await cur.execute(governed_sql.query(name + "ByIssuer"), params)
             row = await cur.fetchone()
             steps[name].append((time.perf_counter_ns() - t0) / 1e9)
             if name == "DisableMemoryScope":

@@ -142,7 +142,7 @@ async def _recall(store: GovernedMemoryStore, adm: psycopg.AsyncConnection,
         got = {h.id for h in await store.search(k, 1, q, limit=bench.LIMIT)}
         cur = await adm.execute(
             "SELECT e.id::text FROM memory_entry e JOIN memory_scope s ON s.id = e.scope_id"
-            " WHERE s.principal_subject = %s AND s.room_id = %s AND e.expires_at > now()"
+            " WHERE s.principal_subject = %s AND s.scope_ref = %s AND e.expires_at > now()"
             " ORDER BY e.embedding <=> %s::vector, e.id LIMIT %s",
             [k.principal.subject, k.scope.room_id, str(q), bench.LIMIT])
         exact = {r[0] for r in await cur.fetchall()}

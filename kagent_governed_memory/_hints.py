@@ -25,6 +25,16 @@ _DEFAULT_HINT: dict[ReasonCode, str] = {
     "version that wrote them, or drop its governed objects and migrate again",
     ReasonCode.CONSENT_POLICY_CHANGED: "consent was given under another policy version; "
     "the subject must consent again (withdraw, then grant)",
+    ReasonCode.ISSUER_NOT_REGISTERED: "the principal's issuer is not one this store serves, or "
+    "the database holds no enabled registration of it: an operator registers it "
+    "(store.register_issuer, `kagent-governed-memory issuer register`) and the store is opened "
+    "with it (open(issuers=...))",
+    ReasonCode.SUBJECT_DENIED: "the subject does not match its issuer's registered subject pattern",
+    ReasonCode.SCOPE_REF_DENIED: "the scope's reference is not one its issuer admits (an OIDC "
+    "principal's scope is MemoryScope.principal(), without a room)",
+    ReasonCode.SCHEMA_DATA_UNCONVERTIBLE: "a migration cannot convert the governed data: "
+    "record the local homeserver before upgrading (migrate --local-server); offboard and "
+    "unblock every principal of another issuer than the local Matrix one before migrating down",
     ReasonCode.PRINCIPAL_OFFBOARDED: "the principal was offboarded; an operator must lift the "
     "block (`kagent-governed-memory unblock` as the owner) before a new grant",
     ReasonCode.AUDIT_APPEND_ONLY: "audit rows are append-only within their 400-day retention",

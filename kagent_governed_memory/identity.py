@@ -48,7 +48,7 @@ MXID_MAX_BYTES = 255
 SUBJECT_MAX_BYTES = 255
 ISSUER_MAX_BYTES = 255
 _KIND = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
-# an issuer or a subject: no whitespace or control character (C0, DEL, C1)
+# an issuer or a subject: no whitespace or control character (ASCII controls, DEL, Latin-1 controls)
 _CONTROL = re.compile(r"[\x00-\x20\x7f-\x9f]")
 # Matrix user-ID grammar (spec §Appendices "User Identifiers"): the localpart of historical IDs
 # may use any printable ASCII except ':'; current IDs are a subset.  Server name = host[:port].

@@ -98,6 +98,9 @@ def test_every_success_json_says_ok(database, tmp_path):
         "login unregister": ["--dsn", op, "--login", "kgm_runtime"],
         "offboard": ["--dsn", op, "--principal", "@alice:example.org"],
         "unblock": ["--dsn", op, "--principal", "@alice:example.org"],
+        "configure": ["--dsn", op],
+        "issuer register": ["--dsn", op, "--oidc", "https://idp.example.org"],
+        "issuer disable": ["--dsn", op, "--oidc", "https://idp.example.org"],
     }
     # every command that takes --json is here (dev-db below); keys takes none: it prints PEM,
     # or a JWK Set, a document for the verifiers' configuration, not a result

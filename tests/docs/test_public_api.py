@@ -33,6 +33,7 @@ PUBLIC_MODULES = {
     "kagent_governed_memory.adk.dev",
     "kagent_governed_memory.adk.uri",
     "kagent_governed_memory.cli",
+    "kagent_governed_memory.configuration",
     "kagent_governed_memory.controls",
     "kagent_governed_memory.dev",
     "kagent_governed_memory.embedding",

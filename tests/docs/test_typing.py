@@ -43,10 +43,12 @@ PROBE = textwrap.dedent('''
     def origin_as_enum_or_literal() -> None:
         kgm.Principal(mxid="@a:example.org", origin=kgm.OriginKind.NATIVE_LOCAL)
         kgm.Principal(mxid="@a:example.org", origin="native_local")
-        kgm.Principal(mxid="@a:example.org", origin="nativelocal")  # type: ignore[arg-type]
+        kgm.Principal(mxid="@a:example.org", origin="nativelocal")  # type: ignore[call-overload]
         kgm.MemoryScope(kind="control_room", room_id="!r:example.org")
+        kgm.MemoryScope(kind="principal")
         assert_type(kgm.Principal(mxid="@a:example.org", origin="native_local").origin,
-                    kgm.OriginKind)
+                    kgm.OriginKind | None)  # None for a principal of another issuer kind
+        assert_type(kgm.Principal.oidc("https://idp.example.org", "sub").issuer_kind, str)
 ''')
 
 
