@@ -142,6 +142,20 @@ async def test_an_upgrade_keeps_every_consent_generation_entry_and_block(databas
         assert err.value.sqlstate == "KGD03"
 
 
+async def test_the_upgrade_is_harmless_to_run_again(database):
+    """Every statement of 000016 is guarded: run again over its own result, it changes no
+    consent, generation, entry, block or key (golang-migrate tracks kagent's copy of it)."""
+    at_15_with_data(database.owner_dsn, database.dsn, database.operator_dsn)
+    assert await migrate(database.owner_dsn) == [16]
+    keys = "SELECT principal_issuer_kind, principal_issuer, scope_ref FROM memory_scope ORDER BY id"
+    before, rekeyed = snapshot(database.admin_dsn), database.admin().execute(keys).fetchall()
+    with psycopg.connect(database.owner_dsn, autocommit=True) as conn, conn.transaction():
+        conn.execute(M16.up)  # type: ignore[arg-type]
+    assert snapshot(database.admin_dsn) == before
+    assert database.admin().execute(keys).fetchall() == rekeyed
+    assert {r[0] for r in rekeyed} == {"matrix"}
+
+
 async def test_an_upgrade_without_consents_registers_no_issuer(database):
     apply_packaged(database.owner_dsn, upto=15)
     with psycopg.connect(database.owner_dsn, autocommit=True) as conn:

@@ -408,8 +408,11 @@ def test_go_migrations_upgrade_and_roll_back_beside_upstream_memory(database):
             conn.execute(migrations[version]["up"])
         assert _snapshot(conn) == old_rows
         assert _governed_objects(conn)[0] == GOVERNED_TABLES
-        for version in sorted(migrations):  # the guards make a re-run harmless
-            conn.execute(migrations[version]["up"])
+        # the guards make a re-run of the newest library file harmless (an older file cannot
+        # run again over a newer one: 000016 renames room_id, which 000015's SQL functions name)
+        newest = "-- from " + migrations[max(migrations)]["up"].rsplit("\n-- from ", 1)[1]
+        assert newest.startswith("-- from 000016_governed_memory_issuers.up.sql\n")
+        conn.execute(newest)
 
         # The governed functions, through the patch's own named statements.
         assert _run(conn, governed["GetMemoryGeneration"],
@@ -527,9 +530,14 @@ def test_go_sqlstate_reasons_agree_with_the_library():
     for code, reason in mapping.items():
         if code in _SQLSTATE:
             assert _SQLSTATE[code][1].value == reason, code
-    # every SQLSTATE the governed schema raises (class KG) has the library's reason in Go too
-    ours = {code for code in _SQLSTATE if code.startswith("KG")}
+    # every SQLSTATE the governed schema raises (class KG) has the library's reason in Go too,
+    # but those the series can never receive: 000016's issuer refusals, raised only by the
+    # issuer-generic signatures (the series calls version 15's, whose grant answers them as
+    # KGD02), and KGR05, raised only by the migration files themselves (the Job reports it)
+    never = {"KGD04", "KGD05", "KGD06", "KGD07", "KGR05"}
+    ours = {code for code in _SQLSTATE if code.startswith("KG")} - never
     assert ours <= set(mapping), sorted(ours - set(mapping))
+    assert never <= set(_SQLSTATE)  # (so this exception cannot outlive the codes)
 
 
 def test_go_test_vectors_are_the_libraries():

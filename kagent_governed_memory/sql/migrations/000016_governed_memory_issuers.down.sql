@@ -67,7 +67,6 @@ DROP FUNCTION IF EXISTS memory_search_many(TEXT, TEXT, TEXT, TEXT, TEXT, TEXT, T
 DROP FUNCTION IF EXISTS memory_matrix_issuer(TEXT);
 DROP FUNCTION IF EXISTS memory_scope_row(TEXT, TEXT, TEXT, TEXT, TEXT, TEXT, TEXT);
 DROP FUNCTION IF EXISTS memory_scope_lock(TEXT, TEXT, TEXT, TEXT, TEXT, TEXT, TEXT);
-DROP FUNCTION IF EXISTS memory_principal_ref(TEXT, TEXT);
 DROP FUNCTION IF EXISTS memory_principal_lock(TEXT, TEXT, BYTEA, BOOLEAN);
 DROP FUNCTION IF EXISTS memory_redeemed_generation(TEXT, TEXT, TEXT, TEXT, TEXT, TEXT, TEXT, TEXT, BIGINT);
 
@@ -162,13 +161,6 @@ LANGUAGE sql VOLATILE AS $$
        AND agent_namespace = p_namespace AND agent_name = p_agent
        AND scope_kind = p_kind AND room_id = p_room
        FOR NO KEY UPDATE
-$$;
-
-CREATE OR REPLACE FUNCTION memory_principal_ref(p_issuer TEXT, p_subject TEXT) RETURNS BYTEA
-LANGUAGE sql STABLE AS $$
-    SELECT sha256(c.principal_salt || convert_to(p_issuer, 'UTF8') || '\x00'::bytea
-                  || convert_to(p_subject, 'UTF8'))
-      FROM memory_config c
 $$;
 
 CREATE OR REPLACE FUNCTION memory_principal_lock(p_ref BYTEA, p_exclusive BOOLEAN) RETURNS void
@@ -1178,7 +1170,6 @@ $$;
 REVOKE ALL ON FUNCTION
     memory_scope_row(TEXT, TEXT, TEXT, TEXT, TEXT, TEXT),
     memory_scope_lock(TEXT, TEXT, TEXT, TEXT, TEXT, TEXT),
-    memory_principal_ref(TEXT, TEXT),
     memory_principal_lock(BYTEA, BOOLEAN),
     memory_redeemed_generation(TEXT, TEXT, TEXT, TEXT, TEXT, TEXT, TEXT, BIGINT)
 FROM PUBLIC;

@@ -97,21 +97,39 @@ CREATE TABLE IF NOT EXISTS memory_issuer (
 
 -- The scope key.  The guard trigger refuses any change of a key column, so it is off for the
 -- one statement that re-keys version-15 rows (same transaction: nothing else sees it off).
+-- Like every statement of this file, safe to run again on its own result (a row re-keyed
+-- already has its issuer kind).
 ALTER TABLE memory_scope
     DROP CONSTRAINT IF EXISTS memory_scope_key,
     DROP CONSTRAINT IF EXISTS memory_scope_issuer_v1,
     DROP CONSTRAINT IF EXISTS memory_scope_kind_v1,
     DROP CONSTRAINT IF EXISTS memory_scope_subject_shape,
     DROP CONSTRAINT IF EXISTS memory_scope_room_shape,
+    DROP CONSTRAINT IF EXISTS memory_scope_principal_shape,
+    DROP CONSTRAINT IF EXISTS memory_scope_ref_shape,
     ADD COLUMN IF NOT EXISTS principal_issuer_kind TEXT;
 
-ALTER TABLE memory_scope RENAME COLUMN room_id TO scope_ref;
+DO $$
+BEGIN
+    IF EXISTS (SELECT FROM pg_catalog.pg_attribute
+                WHERE attrelid = 'memory_scope'::regclass AND attname = 'room_id'
+                  AND NOT attisdropped) THEN
+        ALTER TABLE memory_scope RENAME COLUMN room_id TO scope_ref;
+    END IF;
+    IF EXISTS (SELECT FROM pg_catalog.pg_attribute
+                WHERE attrelid = 'memory_request'::regclass AND attname = 'room_id'
+                  AND NOT attisdropped) THEN
+        ALTER TABLE memory_request RENAME COLUMN room_id TO scope_ref;
+    END IF;
+END
+$$;
 
 ALTER TABLE memory_scope DISABLE TRIGGER memory_scope_guard;
 
 UPDATE memory_scope
    SET principal_issuer_kind = principal_issuer,
-       principal_issuer = (SELECT c.local_server FROM memory_config c);
+       principal_issuer = (SELECT c.local_server FROM memory_config c)
+ WHERE principal_issuer_kind IS NULL;
 
 ALTER TABLE memory_scope ENABLE TRIGGER memory_scope_guard;
 
@@ -135,13 +153,13 @@ CREATE INDEX IF NOT EXISTS idx_memory_scope_principal
 -- could never be served (no consent could exist) and lives a minute: it is dropped.
 ALTER TABLE memory_request ADD COLUMN IF NOT EXISTS principal_issuer_kind TEXT;
 
-ALTER TABLE memory_request RENAME COLUMN room_id TO scope_ref;
-
-DELETE FROM memory_request WHERE (SELECT c.local_server FROM memory_config c) IS NULL;
+DELETE FROM memory_request
+ WHERE principal_issuer_kind IS NULL AND (SELECT c.local_server FROM memory_config c) IS NULL;
 
 UPDATE memory_request
    SET principal_issuer_kind = principal_issuer,
-       principal_issuer = (SELECT c.local_server FROM memory_config c);
+       principal_issuer = (SELECT c.local_server FROM memory_config c)
+ WHERE principal_issuer_kind IS NULL;
 
 ALTER TABLE memory_request ALTER COLUMN principal_issuer_kind SET NOT NULL;
 
@@ -156,7 +174,8 @@ ALTER TABLE memory_principal_block
 
 UPDATE memory_principal_block
    SET principal_issuer_kind = 'matrix',
-       principal_issuer = (SELECT c.local_server FROM memory_config c);
+       principal_issuer = (SELECT c.local_server FROM memory_config c)
+ WHERE principal_issuer_kind IS NULL;
 
 ALTER TABLE memory_principal_block
     ADD PRIMARY KEY (principal_issuer_kind, principal_issuer, principal_ref);
@@ -184,9 +203,10 @@ SELECT 'matrix', c.local_server, 'control_room',
 ON CONFLICT DO NOTHING;
 
 -- The helpers whose key changed (owner only; recreated below with the 7-column key).
+-- memory_principal_ref(TEXT, TEXT) stays as version 15 defined it: its first argument, named
+-- p_issuer there, is the issuer KIND (version 15's only issuer was the 'matrix' kind).
 DROP FUNCTION IF EXISTS memory_scope_row(TEXT, TEXT, TEXT, TEXT, TEXT, TEXT);
 DROP FUNCTION IF EXISTS memory_scope_lock(TEXT, TEXT, TEXT, TEXT, TEXT, TEXT);
-DROP FUNCTION IF EXISTS memory_principal_ref(TEXT, TEXT);
 DROP FUNCTION IF EXISTS memory_principal_lock(BYTEA, BOOLEAN);
 DROP FUNCTION IF EXISTS memory_redeemed_generation(TEXT, TEXT, TEXT, TEXT, TEXT, TEXT, TEXT, BIGINT);
 
@@ -1340,16 +1360,9 @@ LANGUAGE sql VOLATILE AS $$
        FOR NO KEY UPDATE
 $$;
 
--- The opaque part of a principal's block and lock rows: salted, so no table holds a subject
--- and no hash a dictionary of subjects could reverse without the salt.  Over (issuer kind,
--- subject), exactly version 15's reference (whose first part was its 'matrix' issuer); the
--- issuer itself is the rows' other key column.
-CREATE OR REPLACE FUNCTION memory_principal_ref(p_issuer_kind TEXT, p_subject TEXT) RETURNS BYTEA
-LANGUAGE sql STABLE AS $$
-    SELECT sha256(c.principal_salt || convert_to(p_issuer_kind, 'UTF8') || '\x00'::bytea
-                  || convert_to(p_subject, 'UTF8'))
-      FROM memory_config c
-$$;
+-- memory_principal_ref(kind, subject), unchanged from version 15: the opaque part of a
+-- principal's block and lock rows, salted over (issuer kind, subject); the issuer itself is
+-- those rows' other key column.
 
 -- The per-principal lock row a grant shares and an offboarding takes exclusively (row locks,
 -- not advisory locks: no caller can take or hold them outside these functions).
@@ -1856,7 +1869,6 @@ REVOKE ALL ON FUNCTION
     memory_matrix_issuer(TEXT),
     memory_scope_row(TEXT, TEXT, TEXT, TEXT, TEXT, TEXT, TEXT),
     memory_scope_lock(TEXT, TEXT, TEXT, TEXT, TEXT, TEXT, TEXT),
-    memory_principal_ref(TEXT, TEXT),
     memory_principal_lock(TEXT, TEXT, BYTEA, BOOLEAN),
     memory_redeemed_generation(TEXT, TEXT, TEXT, TEXT, TEXT, TEXT, TEXT, TEXT, BIGINT)
 FROM PUBLIC;
