@@ -25,7 +25,8 @@
 --     subject_denied), the output audience exactly its audience (KGD07 audience_denied).  A
 --     request of a principal whose issuer is disabled captures no generation.
 --   * LIBRARY ONLY: the version-15 signatures stay, as thin compatibility wrappers of the
---     Matrix issuer (kind 'matrix', issuer = memory_config.local_server), so callers written
+--     Matrix issuer (kind 'matrix', issuer = the MXID's homeserver, which is the recorded
+--     local homeserver for every principal version 15 could serve), so callers written
 --     for 15 -- the kagent v0.9.11 carry series and the current kagent-main series -- keep
 --     working unchanged, with 15's reason codes; memory_configure(local_server) also registers
 --     the Matrix issuer of that server.  kagent's own governed baseline has neither.
@@ -1531,8 +1532,9 @@ $$;
 -- ===============================================================================================
 -- None of this is in kagent's own governed baseline.  It keeps callers written for version 15
 -- (the kagent v0.9.11 carry series, the current kagent-main series) working unchanged: their
--- `issuer` argument is the issuer KIND ('matrix'), and the issuer is the recorded local
--- homeserver.  Each wrapper answers what version 15 answered, reason codes included.
+-- `issuer` argument is the issuer KIND ('matrix'), and the issuer is the MXID's homeserver
+-- (memory_matrix_issuer).  Each wrapper answers what version 15 answered, reason codes
+-- included (a principal or room of another server, or no recorded local server: KGD02).
 
 -- S5 configuration: the local homeserver is set once (by the first store that opens, or by the
 -- operator at migration) and returned, so a store configured for another server refuses to
@@ -1569,16 +1571,20 @@ BEGIN
 END
 $$;
 
--- The Matrix issuer a version-15 `issuer` argument names: the recorded local homeserver for
--- 'matrix', else NULL (no scope can match a NULL issuer).
-CREATE OR REPLACE FUNCTION memory_matrix_issuer(p_issuer TEXT) RETURNS TEXT
-LANGUAGE sql STABLE AS $$
-    SELECT c.local_server FROM memory_config c WHERE p_issuer = 'matrix'
+-- The issuer of a version-15 key: for the 'matrix' kind, the homeserver of the subject (a
+-- complete MXID names its server after the first ':', which a localpart cannot hold) -- for
+-- every principal version 15 could serve, the recorded local homeserver -- else NULL (no scope
+-- matches a NULL issuer).  So a wrapper keys a principal exactly as the issuer-generic
+-- signatures and the library do ('matrix', <homeserver>, <MXID>).
+CREATE OR REPLACE FUNCTION memory_matrix_issuer(p_issuer TEXT, p_subject TEXT) RETURNS TEXT
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT CASE WHEN p_issuer = 'matrix' AND strpos(p_subject, ':') > 0
+                THEN substr(p_subject, strpos(p_subject, ':') + 1) END
 $$;
 
 -- Version 15's grant: its own first check (KGD01 for another issuer or scope kind), then the
 -- generic grant, whose issuer refusals are version 15's KGD02 remote_server_denied (a remote
--- principal or room, a foreign audience, no local server recorded).
+-- principal or room, a foreign audience, no local server recorded: its issuer is unregistered).
 CREATE OR REPLACE FUNCTION memory_grant(
     p_issuer TEXT, p_subject TEXT, p_namespace TEXT, p_agent TEXT, p_kind TEXT, p_room TEXT,
     p_purpose TEXT, p_policy_version TEXT, p_embedding_dimension INTEGER,
@@ -1592,7 +1598,8 @@ BEGIN
     END IF;
     BEGIN
         RETURN QUERY
-        SELECT * FROM memory_grant(p_issuer, coalesce(memory_matrix_issuer(p_issuer), ''),
+        SELECT * FROM memory_grant(p_issuer,
+                                   coalesce(memory_matrix_issuer(p_issuer, p_subject), ''),
                                    p_subject, p_namespace, p_agent, p_kind, p_room, p_purpose,
                                    p_policy_version, p_embedding_dimension, p_classification,
                                    p_output_audience);
@@ -1607,18 +1614,21 @@ CREATE OR REPLACE FUNCTION memory_disable_principal(p_issuer TEXT, p_subject TEX
 RETURNS TABLE (scope_id UUID, agent_namespace TEXT, agent_name TEXT, scope_kind TEXT,
                room_id TEXT, generation BIGINT)
 LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT AS $$
-    SELECT * FROM memory_disable_principal(p_issuer, memory_matrix_issuer(p_issuer), p_subject)
+    SELECT * FROM memory_disable_principal(p_issuer, memory_matrix_issuer(p_issuer, p_subject),
+                                          p_subject)
 $$;
 
 CREATE OR REPLACE FUNCTION memory_purge_principal(p_issuer TEXT, p_subject TEXT)
 RETURNS TABLE (purged BIGINT, kept BIGINT)
 LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT AS $$
-    SELECT * FROM memory_purge_principal(p_issuer, memory_matrix_issuer(p_issuer), p_subject)
+    SELECT * FROM memory_purge_principal(p_issuer, memory_matrix_issuer(p_issuer, p_subject),
+                                          p_subject)
 $$;
 
 CREATE OR REPLACE FUNCTION memory_unblock_principal(p_issuer TEXT, p_subject TEXT) RETURNS BIGINT
 LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT AS $$
-    SELECT memory_unblock_principal(p_issuer, memory_matrix_issuer(p_issuer), p_subject)
+    SELECT memory_unblock_principal(p_issuer, memory_matrix_issuer(p_issuer, p_subject),
+                                          p_subject)
 $$;
 
 CREATE OR REPLACE FUNCTION memory_redeem_assertion(
@@ -1627,8 +1637,8 @@ CREATE OR REPLACE FUNCTION memory_redeem_assertion(
     p_output_audience TEXT[])
 RETURNS BIGINT
 LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT AS $$
-    SELECT memory_redeem_assertion(p_jti, p_expires_at, p_issuer, memory_matrix_issuer(p_issuer),
-                                   p_subject, p_namespace, p_agent, p_kind, p_room,
+    SELECT memory_redeem_assertion(p_jti, p_expires_at, p_issuer, memory_matrix_issuer(p_issuer,
+                                   p_subject), p_subject, p_namespace, p_agent, p_kind, p_room,
                                    p_policy_version, p_classification, p_output_audience)
 $$;
 
@@ -1638,10 +1648,10 @@ CREATE OR REPLACE FUNCTION memory_redeem_admit(
     p_output_audience TEXT[], p_units INTEGER, p_explicit BOOLEAN)
 RETURNS TABLE (generation BIGINT, refused INTEGER, admit_state TEXT)
 LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT AS $$
-    SELECT * FROM memory_redeem_admit(p_jti, p_expires_at, p_issuer,
-                                      memory_matrix_issuer(p_issuer), p_subject, p_namespace,
-                                      p_agent, p_kind, p_room, p_policy_version, p_classification,
-                                      p_output_audience, p_units, p_explicit)
+    SELECT * FROM memory_redeem_admit(p_jti, p_expires_at, p_issuer, memory_matrix_issuer(p_issuer,
+                                      p_subject), p_subject, p_namespace, p_agent, p_kind, p_room,
+                                      p_policy_version, p_classification, p_output_audience,
+                                      p_units, p_explicit)
 $$;
 
 CREATE OR REPLACE FUNCTION memory_admit_bound(
@@ -1650,9 +1660,9 @@ CREATE OR REPLACE FUNCTION memory_admit_bound(
     p_now TIMESTAMPTZ)
 RETURNS INTEGER
 LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT AS $$
-    SELECT memory_admit_bound(p_jti, p_issuer, memory_matrix_issuer(p_issuer), p_subject,
-                              p_namespace, p_agent, p_kind, p_room, p_generation, p_policy_version,
-                              p_units, p_explicit, p_now)
+    SELECT memory_admit_bound(p_jti, p_issuer, memory_matrix_issuer(p_issuer, p_subject),
+                              p_subject, p_namespace, p_agent, p_kind, p_room, p_generation,
+                              p_policy_version, p_units, p_explicit, p_now)
 $$;
 
 CREATE OR REPLACE FUNCTION memory_save_bound(
@@ -1661,8 +1671,8 @@ CREATE OR REPLACE FUNCTION memory_save_bound(
     p_embeddings vector[])
 RETURNS TABLE (id UUID, created_at TIMESTAMPTZ, expires_at TIMESTAMPTZ)
 LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT AS $$
-    SELECT * FROM memory_save_bound(p_jti, p_issuer, memory_matrix_issuer(p_issuer), p_subject,
-                                    p_namespace, p_agent, p_kind, p_room, p_generation,
+    SELECT * FROM memory_save_bound(p_jti, p_issuer, memory_matrix_issuer(p_issuer, p_subject),
+                                    p_subject, p_namespace, p_agent, p_kind, p_room, p_generation,
                                     p_policy_version, p_contents, p_embeddings)
 $$;
 
@@ -1672,9 +1682,9 @@ CREATE OR REPLACE FUNCTION memory_search_bound(
 RETURNS TABLE (id UUID, content TEXT, created_at TIMESTAMPTZ, expires_at TIMESTAMPTZ,
                distance DOUBLE PRECISION)
 LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT AS $$
-    SELECT * FROM memory_search_bound(p_jti, p_issuer, memory_matrix_issuer(p_issuer), p_subject,
-                                      p_namespace, p_agent, p_kind, p_room, p_generation,
-                                      p_policy_version, p_embedding, p_limit)
+    SELECT * FROM memory_search_bound(p_jti, p_issuer, memory_matrix_issuer(p_issuer, p_subject),
+                                      p_subject, p_namespace, p_agent, p_kind, p_room,
+                                      p_generation, p_policy_version, p_embedding, p_limit)
 $$;
 
 CREATE OR REPLACE FUNCTION memory_search_many_bound(
@@ -1683,9 +1693,10 @@ CREATE OR REPLACE FUNCTION memory_search_many_bound(
 RETURNS TABLE (query_ordinal INTEGER, id UUID, content TEXT, created_at TIMESTAMPTZ,
                expires_at TIMESTAMPTZ, distance DOUBLE PRECISION)
 LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT AS $$
-    SELECT * FROM memory_search_many_bound(p_jti, p_issuer, memory_matrix_issuer(p_issuer),
-                                           p_subject, p_namespace, p_agent, p_kind, p_room,
-                                           p_generation, p_policy_version, p_embeddings, p_limit)
+    SELECT * FROM memory_search_many_bound(p_jti, p_issuer, memory_matrix_issuer(p_issuer,
+                                           p_subject), p_subject, p_namespace, p_agent, p_kind,
+                                           p_room, p_generation, p_policy_version, p_embeddings,
+                                           p_limit)
 $$;
 
 CREATE OR REPLACE FUNCTION memory_forget_bound(
@@ -1693,9 +1704,9 @@ CREATE OR REPLACE FUNCTION memory_forget_bound(
     p_room TEXT, p_generation BIGINT, p_entry_id UUID)
 RETURNS TABLE (generation BIGINT, deleted BIGINT)
 LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT AS $$
-    SELECT * FROM memory_forget_bound(p_jti, p_issuer, memory_matrix_issuer(p_issuer), p_subject,
-                                      p_namespace, p_agent, p_kind, p_room, p_generation,
-                                      p_entry_id)
+    SELECT * FROM memory_forget_bound(p_jti, p_issuer, memory_matrix_issuer(p_issuer, p_subject),
+                                      p_subject, p_namespace, p_agent, p_kind, p_room,
+                                      p_generation, p_entry_id)
 $$;
 
 CREATE OR REPLACE FUNCTION memory_record_request(
@@ -1703,9 +1714,9 @@ CREATE OR REPLACE FUNCTION memory_record_request(
     p_agent TEXT, p_kind TEXT, p_room TEXT, p_classification TEXT, p_output_audience TEXT[])
 RETURNS void
 LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT AS $$
-    SELECT memory_record_request(p_jti, p_expires_at, p_issuer, memory_matrix_issuer(p_issuer),
-                                 p_subject, p_namespace, p_agent, p_kind, p_room, p_classification,
-                                 p_output_audience)
+    SELECT memory_record_request(p_jti, p_expires_at, p_issuer, memory_matrix_issuer(p_issuer,
+                                 p_subject), p_subject, p_namespace, p_agent, p_kind, p_room,
+                                 p_classification, p_output_audience)
 $$;
 
 CREATE OR REPLACE FUNCTION memory_generation(
@@ -1713,9 +1724,9 @@ CREATE OR REPLACE FUNCTION memory_generation(
     p_policy_version TEXT, p_classification TEXT, p_output_audience TEXT[])
 RETURNS BIGINT
 LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT AS $$
-    SELECT memory_generation(p_issuer, memory_matrix_issuer(p_issuer), p_subject, p_namespace,
-                             p_agent, p_kind, p_room, p_policy_version, p_classification,
-                             p_output_audience)
+    SELECT memory_generation(p_issuer, memory_matrix_issuer(p_issuer, p_subject), p_subject,
+                             p_namespace, p_agent, p_kind, p_room, p_policy_version,
+                             p_classification, p_output_audience)
 $$;
 
 CREATE OR REPLACE FUNCTION memory_status(
@@ -1724,8 +1735,8 @@ RETURNS TABLE (enabled BOOLEAN, purpose TEXT, policy_version TEXT, generation BI
                consent_expires_at TIMESTAMPTZ, max_ttl INTERVAL, entry_cap INTEGER,
                entry_count BIGINT, last_verified_erasure_at TIMESTAMPTZ, failure_reason TEXT)
 LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT AS $$
-    SELECT * FROM memory_status(p_issuer, memory_matrix_issuer(p_issuer), p_subject, p_namespace,
-                                p_agent, p_kind, p_room)
+    SELECT * FROM memory_status(p_issuer, memory_matrix_issuer(p_issuer, p_subject), p_subject,
+                                p_namespace, p_agent, p_kind, p_room)
 $$;
 
 CREATE OR REPLACE FUNCTION memory_inspect(
@@ -1733,8 +1744,9 @@ CREATE OR REPLACE FUNCTION memory_inspect(
     p_after_created TIMESTAMPTZ, p_after_id UUID, p_limit INTEGER)
 RETURNS TABLE (id UUID, content TEXT, created_at TIMESTAMPTZ, expires_at TIMESTAMPTZ)
 LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT AS $$
-    SELECT * FROM memory_inspect(p_issuer, memory_matrix_issuer(p_issuer), p_subject, p_namespace,
-                                 p_agent, p_kind, p_room, p_after_created, p_after_id, p_limit)
+    SELECT * FROM memory_inspect(p_issuer, memory_matrix_issuer(p_issuer, p_subject), p_subject,
+                                 p_namespace, p_agent, p_kind, p_room, p_after_created, p_after_id,
+                                 p_limit)
 $$;
 
 CREATE OR REPLACE FUNCTION memory_forget(
@@ -1742,16 +1754,16 @@ CREATE OR REPLACE FUNCTION memory_forget(
     p_entry_id UUID)
 RETURNS TABLE (generation BIGINT, deleted BIGINT)
 LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT AS $$
-    SELECT * FROM memory_forget(p_issuer, memory_matrix_issuer(p_issuer), p_subject, p_namespace,
-                                p_agent, p_kind, p_room, p_entry_id)
+    SELECT * FROM memory_forget(p_issuer, memory_matrix_issuer(p_issuer, p_subject), p_subject,
+                                p_namespace, p_agent, p_kind, p_room, p_entry_id)
 $$;
 
 CREATE OR REPLACE FUNCTION memory_disable(
     p_issuer TEXT, p_subject TEXT, p_namespace TEXT, p_agent TEXT, p_kind TEXT, p_room TEXT)
 RETURNS TABLE (scope_id UUID, generation BIGINT)
 LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT AS $$
-    SELECT * FROM memory_disable(p_issuer, memory_matrix_issuer(p_issuer), p_subject, p_namespace,
-                                 p_agent, p_kind, p_room)
+    SELECT * FROM memory_disable(p_issuer, memory_matrix_issuer(p_issuer, p_subject), p_subject,
+                                 p_namespace, p_agent, p_kind, p_room)
 $$;
 
 CREATE OR REPLACE FUNCTION memory_clear(
@@ -1759,8 +1771,8 @@ CREATE OR REPLACE FUNCTION memory_clear(
     p_advance BOOLEAN)
 RETURNS TABLE (generation BIGINT, deleted BIGINT)
 LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT AS $$
-    SELECT * FROM memory_clear(p_issuer, memory_matrix_issuer(p_issuer), p_subject, p_namespace,
-                               p_agent, p_kind, p_room, p_advance)
+    SELECT * FROM memory_clear(p_issuer, memory_matrix_issuer(p_issuer, p_subject), p_subject,
+                               p_namespace, p_agent, p_kind, p_room, p_advance)
 $$;
 
 CREATE OR REPLACE FUNCTION memory_verify_erasure(
@@ -1768,9 +1780,9 @@ CREATE OR REPLACE FUNCTION memory_verify_erasure(
     p_generation BIGINT, p_entry_id UUID, p_complete BOOLEAN)
 RETURNS TABLE (generation BIGINT, verified_at TIMESTAMPTZ)
 LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT AS $$
-    SELECT * FROM memory_verify_erasure(p_issuer, memory_matrix_issuer(p_issuer), p_subject,
-                                        p_namespace, p_agent, p_kind, p_room, p_generation,
-                                        p_entry_id, p_complete)
+    SELECT * FROM memory_verify_erasure(p_issuer, memory_matrix_issuer(p_issuer, p_subject),
+                                        p_subject, p_namespace, p_agent, p_kind, p_room,
+                                        p_generation, p_entry_id, p_complete)
 $$;
 
 CREATE OR REPLACE FUNCTION memory_record_failure(
@@ -1778,8 +1790,8 @@ CREATE OR REPLACE FUNCTION memory_record_failure(
     p_reason TEXT)
 RETURNS void
 LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT AS $$
-    SELECT memory_record_failure(p_issuer, memory_matrix_issuer(p_issuer), p_subject, p_namespace,
-                                 p_agent, p_kind, p_room, p_reason)
+    SELECT memory_record_failure(p_issuer, memory_matrix_issuer(p_issuer, p_subject), p_subject,
+                                 p_namespace, p_agent, p_kind, p_room, p_reason)
 $$;
 
 CREATE OR REPLACE FUNCTION memory_admit(
@@ -1788,8 +1800,9 @@ CREATE OR REPLACE FUNCTION memory_admit(
     p_now TIMESTAMPTZ)
 RETURNS INTEGER
 LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT AS $$
-    SELECT memory_admit(p_issuer, memory_matrix_issuer(p_issuer), p_subject, p_namespace, p_agent,
-                        p_kind, p_room, p_generation, p_policy_version, p_units, p_explicit, p_now)
+    SELECT memory_admit(p_issuer, memory_matrix_issuer(p_issuer, p_subject), p_subject,
+                        p_namespace, p_agent, p_kind, p_room, p_generation, p_policy_version,
+                        p_units, p_explicit, p_now)
 $$;
 
 CREATE OR REPLACE FUNCTION memory_save(
@@ -1797,9 +1810,9 @@ CREATE OR REPLACE FUNCTION memory_save(
     p_generation BIGINT, p_policy_version TEXT, p_contents TEXT[], p_embeddings vector[])
 RETURNS TABLE (id UUID, created_at TIMESTAMPTZ, expires_at TIMESTAMPTZ)
 LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT AS $$
-    SELECT * FROM memory_save(p_issuer, memory_matrix_issuer(p_issuer), p_subject, p_namespace,
-                              p_agent, p_kind, p_room, p_generation, p_policy_version, p_contents,
-                              p_embeddings)
+    SELECT * FROM memory_save(p_issuer, memory_matrix_issuer(p_issuer, p_subject), p_subject,
+                              p_namespace, p_agent, p_kind, p_room, p_generation, p_policy_version,
+                              p_contents, p_embeddings)
 $$;
 
 CREATE OR REPLACE FUNCTION memory_search(
@@ -1808,9 +1821,9 @@ CREATE OR REPLACE FUNCTION memory_search(
 RETURNS TABLE (id UUID, content TEXT, created_at TIMESTAMPTZ, expires_at TIMESTAMPTZ,
                distance DOUBLE PRECISION)
 LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT AS $$
-    SELECT * FROM memory_search(p_issuer, memory_matrix_issuer(p_issuer), p_subject, p_namespace,
-                                p_agent, p_kind, p_room, p_generation, p_policy_version,
-                                p_embedding, p_limit)
+    SELECT * FROM memory_search(p_issuer, memory_matrix_issuer(p_issuer, p_subject), p_subject,
+                                p_namespace, p_agent, p_kind, p_room, p_generation,
+                                p_policy_version, p_embedding, p_limit)
 $$;
 
 CREATE OR REPLACE FUNCTION memory_search_many(
@@ -1819,8 +1832,8 @@ CREATE OR REPLACE FUNCTION memory_search_many(
 RETURNS TABLE (query_ordinal INTEGER, id UUID, content TEXT, created_at TIMESTAMPTZ,
                expires_at TIMESTAMPTZ, distance DOUBLE PRECISION)
 LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT AS $$
-    SELECT * FROM memory_search_many(p_issuer, memory_matrix_issuer(p_issuer), p_subject,
-                                     p_namespace, p_agent, p_kind, p_room, p_generation,
+    SELECT * FROM memory_search_many(p_issuer, memory_matrix_issuer(p_issuer, p_subject),
+                                     p_subject, p_namespace, p_agent, p_kind, p_room, p_generation,
                                      p_policy_version, p_embeddings, p_limit)
 $$;
 
@@ -1866,7 +1879,7 @@ REVOKE ALL ON FUNCTION
     memory_register_issuer(TEXT, TEXT, TEXT, TEXT, TEXT, TEXT[]),
     memory_disable_issuer(TEXT, TEXT),
     memory_get_issuer(TEXT, TEXT),
-    memory_matrix_issuer(TEXT),
+    memory_matrix_issuer(TEXT, TEXT),
     memory_scope_row(TEXT, TEXT, TEXT, TEXT, TEXT, TEXT, TEXT),
     memory_scope_lock(TEXT, TEXT, TEXT, TEXT, TEXT, TEXT, TEXT),
     memory_principal_lock(TEXT, TEXT, BYTEA, BOOLEAN),
