@@ -56,7 +56,7 @@ HELPER_CALLS = [
     "SELECT memory_unblock_principal('matrix','example.org','@a:example.org')",
     "SELECT memory_redeemed_generation('aaaaaaaaaaaaaaaaaaaa','matrix','example.org',"
     "'@a:example.org','kagent','a','control_room','!r',1)",
-    "SELECT memory_matrix_issuer('matrix')",
+    "SELECT memory_matrix_issuer('matrix', '@a:example.org')",
     "SELECT memory_register_issuer('oidc','https://idp.example','principal','^.+$',NULL,"
     "ARRAY['principal'])",
     "SELECT memory_disable_issuer('matrix','example.org')",

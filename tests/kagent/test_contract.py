@@ -113,7 +113,7 @@ class Db:
     def rows_of(self, key: ScopeKey) -> int:
         return int(self.scalar(
             "SELECT count(*) FROM memory_entry e JOIN memory_scope s ON s.id = e.scope_id"
-            " WHERE s.principal_subject = %s AND s.room_id = %s",
+            " WHERE s.principal_subject = %s AND s.scope_ref = %s",
             [key.principal.mxid, key.scope.room_id]))
 
     def expire_now(self, entry_id: str) -> None:
