@@ -3,10 +3,12 @@
 ``kagent_governed_memory/sql/`` is the one source of truth.  The Go patches carry it as
 *new files* (verbatim copies):
 
-* ``kagent_governed_memory/sql/migrations/NNNNNN_*.sql``, all of them in order (the downs in
-  reverse order), each after a ``-- from NNNNNN_*.sql`` line, as ONE baseline
-  -> ``go/core/pkg/migrations/governed/000001_governed_memory.{up,down}.sql`` (the migrations
-  patch): kagent's own governed migration track, applied only with governed memory enabled;
+* ``kagent_governed_memory/sql/migrations/NNNNNN_*.sql``, each after a ``-- from NNNNNN_*.sql``
+  line: the library's first migration (its baseline) as
+  ``go/core/pkg/migrations/governed/000001_governed_memory.{up,down}.sql``, each later one as a
+  file of its own numbered after it (``000002_<name>``, ...), so that a database the track
+  already brought to 000001 is upgraded by golang-migrate (the migrations patch): kagent's own
+  governed migration track, applied only with governed memory enabled;
 * ``kagent_governed_memory/sql/queries.sql``
   -> ``go/core/internal/database/governed_memory.sql`` (the database-client patch);
 * ``tests/support/vectors/scope_assertion_v1.json`` (the shared scope-assertion test vectors)
@@ -277,14 +279,20 @@ def library_files(sql_dir: Path, vectors: Path = DEFAULT_VECTORS) -> dict[str, b
         raise PatchError(f"{vectors}: the shared scope-assertion vectors are missing")
     out = {QUERIES_PATH: queries.read_bytes(), VECTORS_PATH: vectors.read_bytes()}
     files = sorted(item for item in migrations.iterdir() if MIGRATION_NAME.match(item.name))
+    versions = sorted({f.name[:6] for f in files})
     for direction in ("up", "down"):
         chosen = [f for f in files if f.name.endswith(f".{direction}.sql")]
-        if direction == "down":
-            chosen.reverse()
-        parts = [f"-- from {f.name}\n{f.read_text(encoding='utf-8').rstrip(chr(10))}\n"
-                 for f in chosen]
-        out[f"{MIGRATIONS_PREFIX}{BASELINE}.{direction}.sql"] = (
-            BASELINE_HEADER + "\n" + "\n".join(parts)).encode("utf-8")
+        # the library's first migration (its baseline) is the track's 000001, as deployed
+        # databases ran it; every later library migration is a file of its own after it, so
+        # golang-migrate applies it to a database already at 000001 (an upgrade, not a rebuild)
+        for f in chosen:
+            part = f"-- from {f.name}\n{f.read_text(encoding='utf-8').rstrip(chr(10))}\n"
+            number = versions.index(f.name[:6]) + 1
+            if number == 1:
+                out[f"{MIGRATIONS_PREFIX}{BASELINE}.{direction}.sql"] = (
+                    BASELINE_HEADER + "\n" + part).encode("utf-8")
+            else:
+                out[f"{MIGRATIONS_PREFIX}{number:06d}_{f.name[7:]}"] = part.encode("utf-8")
     return out
 
 
