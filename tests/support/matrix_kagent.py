@@ -86,15 +86,19 @@ async def explicit_budget(world: World, user_id: str, agent: str = "my-agent") -
     from kagent_governed_memory import Principal
 
     identity = world.agents[agent].identity
-    subject = Principal(mxid=user_id, origin="native_local").subject
+    principal = Principal(mxid=user_id, origin="native_local")
+    issuer = principal.issuer  # memory_admit (000016): the issuer length-prefixed
     name = "sender:" + hashlib.sha256(
-        f"{subject}/{identity.namespace}/{identity.name}".encode()).hexdigest()[:32]
+        f"{principal.issuer_kind}/{len(issuer.encode())}/{issuer}/{principal.subject}/"
+        f"{identity.namespace}/{identity.name}".encode()).hexdigest()[:32]
     for _ in range(300):
         available = world.db.scalar(
             "SELECT least(p.explicit_burst, b.tokens + extract(epoch FROM now() - b.updated_at)"
             " * p.explicit_ops_per_minute / 60.0) FROM memory_admission_bucket b, memory_policy p"
             " WHERE b.bucket = %s AND p.version = 'adr0023-prototype-1'", [name])
-        if available is None or float(available) >= 1.05:
+        if available is None:  # the name must be the function's: never "no bucket, no wait"
+            raise AssertionError(f"no explicit-operation bucket {name} for {user_id}")
+        if float(available) >= 1.05:
             return
         await asyncio.sleep(0.1)
     raise AssertionError("the explicit-operation budget did not refill in 30 s")
