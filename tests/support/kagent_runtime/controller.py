@@ -85,9 +85,8 @@ def _principal(wire: Any) -> Principal:
     ``org`` claim before the request got here."""
     if not isinstance(wire, dict) or set(wire) != {"issuer", "subject"} or wire["issuer"] != "matrix":
         raise GovernanceError(ReasonCode.INVALID_IDENTITY)
-    fields = getattr(Principal, "model_fields", {})
-    if "subject" in fields:  # the library names principals by issuer + subject
-        return Principal(issuer=wire["issuer"], subject=wire["subject"])
+    # the v0.9.x wire names the issuer KIND ("matrix"); the library's Matrix principal takes
+    # its issuer (the homeserver) from the complete MXID
     return Principal(mxid=wire["subject"], origin="native_local")
 
 
